@@ -1,0 +1,43 @@
+# Everything installs into .venv from a clean machine; every target depends on the install stamp.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUITE ?= robustness
+SCALE ?= quick
+DATASET ?=
+FORMAT ?= markdown
+OUT ?= leaderboards
+BENCH_ARGS ?=
+
+.PHONY: install test benchmark perf lint ui leaderboards clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedarena needs Python >= 3.11, found " + sys.version' 
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest
+
+benchmark: install
+	$(BIN)/fedarena bench run $(SUITE) --scale $(SCALE) $(if $(DATASET),--dataset $(DATASET),) $(BENCH_ARGS)
+
+leaderboards: install
+	$(BIN)/fedarena leaderboard $(SUITE) --format $(FORMAT) --out $(OUT)
+
+ui: install
+	$(BIN)/fedarena ui
+
+perf: install
+	$(BIN)/python -m fedarena.perf
+
+lint: install
+	$(BIN)/ruff check fedarena tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,96 @@
+"""The threat model: a fixed malicious set and what the attack does with it.
+
+An attack is registered as ``build(dataset, malicious, rng, *, **hyperparameters) -> Effect``:
+- ``Effect.dataset``: the dataset after a one-time data attack (training data of malicious clients only;
+  validation and test data stay clean),
+- ``Effect.corrupt``: a per-round data attack (persistent outliers) on the selected clients' training data,
+- ``Effect.tamper``: a model attack replacing the updates that malicious clients send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedarena.datasets.base import FederatedDataset
+from fedarena.params import ConfigError, resolve
+from fedarena.registry import Registry
+
+# tamper(updates[n, d], malicious[n] bool, generator) -> updates[n, d]
+Tamper = Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
+# corrupt(x[m, ...], y[m], owner[m], malicious[m] bool, generator) -> (x, y): every training sample of the
+# round's selected clients (owner: client id per sample), called once per round (persistent outliers)
+Corrupt = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator],
+                   tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Effect:
+    dataset: FederatedDataset
+    tamper: Tamper | None = None
+    corrupt: Corrupt | None = None
+
+
+@dataclass(frozen=True)
+class ThreatModel:
+    name: str
+    level: float
+    malicious: np.ndarray  # bool [num_clients]; fixed for the whole trial
+    effect: Effect
+    strong: bool  # Ditto D.2: every A3, and any attack corrupting more than half of the devices
+
+    @property
+    def benign(self) -> np.ndarray:
+        return ~self.malicious
+
+
+ATTACKS: Registry[Callable[..., Effect]] = Registry("attack")
+STRUCTURAL_KEYS = ("name", "level")
+
+
+@ATTACKS.register("none")
+def no_attack(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
+    """Clean training (level must be 0)."""
+    return Effect(dataset)
+
+
+def attack_params(section: dict) -> dict:
+    name = section["name"]
+    given = {k: v for k, v in section.items() if k not in STRUCTURAL_KEYS}
+    return resolve("attack", name, ATTACKS.get(name), given)
+
+
+def check_level(section: dict, num_clients: int) -> int:
+    """Number of malicious clients for the section's level; errors for impossible levels."""
+    level = section.get("level", 0.0)
+    if not isinstance(level, (int, float)) or not 0 <= level < 1:
+        raise ConfigError(f"attack level must be a fraction in [0, 1), got {level!r}")
+    if section["name"] == "none" and level > 0:
+        raise ConfigError(f"attack 'none' with level {level}: choose an attack ({', '.join(ATTACKS.names())})")
+    count = int(round(level * num_clients))
+    if count >= num_clients:
+        raise ConfigError(f"level {level} corrupts all {num_clients} clients; no benign client would remain")
+    return count
+
+
+def draw_malicious(num_clients: int, count: int, rng: np.random.Generator, forced: list[int]) -> np.ndarray:
+    """A fixed set drawn uniformly without replacement, plus any clients the dataset marks adversarial."""
+    mask = np.zeros(num_clients, dtype=bool)
+    mask[rng.choice(num_clients, size=count, replace=False)] = True
+    mask[np.asarray(forced, dtype=np.int64)] = True
+    return mask
+
+
+def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Generator) -> ThreatModel:
+    count = check_level(section, dataset.num_clients)
+    params = attack_params(section)
+    malicious = draw_malicious(dataset.num_clients, count, rng, dataset.meta.get("malicious", []))
+    if malicious.all():
+        raise ConfigError("every client is malicious; metrics need at least one benign client")
+    effect = ATTACKS.get(section["name"])(dataset, malicious, rng, **params)
+    level = float(section.get("level", 0.0))
+    strong = section["name"] == "a3" or level > 0.5
+    return ThreatModel(section["name"], level, malicious, effect, strong)

@@ -1,0 +1,144 @@
+"""Typed experiment config: defaults, strict construction from dicts, ``--set`` overrides, identity hash.
+
+Component sections (dataset, model, method, attack, aggregator) are ``{"name": ..., **hyperparameters}``;
+their hyperparameters are checked against the registered component's signature when the config is
+resolved (``fedarena.simulation.setup.resolve_config``), so a misspelled key is an error, never ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from fedarena.params import ConfigError
+
+SECTIONS = ("dataset", "model", "method", "attack", "aggregator")
+BACKENDS = ("sequential", "batched")
+SAMPLINGS = ("proportional", "uniform")
+ON_DIVERGENCE = ("stop", "continue")
+
+
+@dataclass
+class ExperimentConfig:
+    dataset: dict = field(default_factory=lambda: {"name": "digits"})
+    model: dict = field(default_factory=lambda: {"name": "auto"})
+    method: dict = field(default_factory=lambda: {"name": "global"})
+    attack: dict = field(default_factory=lambda: {"name": "none", "level": 0.0})
+    aggregator: dict = field(default_factory=lambda: {"name": "mean"})
+    rounds: int = 50
+    clients_per_round: int = 10
+    local_steps: int = 2
+    local_epochs: int = 0  # > 0: train this many epochs per round instead of ``local_steps`` steps
+    batch_size: int = 16
+    lr: float = 0.05
+    seed: int = 0
+    data_seed: int | None = None  # partition seed; None: same as ``seed`` (fix it to compare seeds on one partition)
+    eval_every: int = 10
+    backend: str = "sequential"
+    device: str = "cpu"  # cpu, cuda, cuda:N or auto
+    sampling: str = "proportional"  # Ditto Algorithm 2: probability proportional to sample counts
+    on_divergence: str = "stop"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ExperimentConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; allowed: {', '.join(sorted(known))}")
+        cfg = cls(**copy.deepcopy(data))
+        cfg.check()
+        return cfg
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    def check(self) -> None:
+        """Checks that need no registry: types, ranges and choices of the top-level settings."""
+        for name in SECTIONS:
+            section = getattr(self, name)
+            if not isinstance(section, dict) or not isinstance(section.get("name"), str):
+                raise ConfigError(f"config section {name!r} must be a mapping with a 'name', got {section!r}")
+        positive = ("rounds", "clients_per_round", "batch_size", "eval_every")
+        for key in positive:
+            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be a positive integer, got {getattr(self, key)!r}")
+        if self.local_steps < 0 or self.local_epochs < 0 or (self.local_steps == 0 and self.local_epochs == 0):
+            raise ConfigError("set local_steps >= 1 (steps per round) or local_epochs >= 1 (epochs per round)")
+        if self.data_seed is not None and not isinstance(self.data_seed, int):
+            raise ConfigError(f"data_seed must be an integer or null, got {self.data_seed!r}")
+        if not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
+        self.lr = float(self.lr)
+        _check_choice("backend", self.backend, BACKENDS)
+        _check_choice("sampling", self.sampling, SAMPLINGS)
+        _check_choice("on_divergence", self.on_divergence, ON_DIVERGENCE)
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted key -> value (e.g. ``method.lam``), the form logged as MLflow params."""
+        return flatten(self.to_dict())
+
+    def hash(self, exclude: tuple[str, ...] = ()) -> str:
+        """Identity of the resolved config (sha256 of its canonical JSON), optionally without some keys."""
+        items = {k: v for k, v in self.flat().items() if k not in exclude}
+        blob = json.dumps(items, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: YAML scalars and lists (``0.1``, ``true``, ``[1, 2]``), else the raw string."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict, key: str, value: Any, section_params: dict[str, set[str]]) -> None:
+    """Set ``key`` (dotted, or a bare hyperparameter name such as ``lam``) in a config dict.
+
+    A bare key that is not a top-level setting is looked up among the hyperparameters of the chosen
+    components (``section_params``: section -> its allowed keys); it must match exactly one section.
+    """
+    if "." in key:
+        section, sub = key.split(".", 1)
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {', '.join(SECTIONS)}")
+        _set_nested(data.setdefault(section, {}), sub.split("."), value)
+        return
+    top_level = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(SECTIONS)
+    if key in top_level:
+        data[key] = value
+        return
+    owners = [s for s, keys in section_params.items() if key in keys]
+    if len(owners) != 1:
+        found = f"it belongs to {owners}; write section.{key}" if owners else "no component takes it"
+        known = sorted(top_level | {f"{s}.{k}" for s, keys in section_params.items() for k in keys})
+        raise ConfigError(f"cannot set {key!r}: {found}. Settable keys: {', '.join(known)}")
+    data.setdefault(owners[0], {})[key] = value
+
+
+def _set_nested(target: dict, path: list[str], value: Any) -> None:
+    for part in path[:-1]:
+        target = target.setdefault(part, {})
+    target[path[-1]] = value

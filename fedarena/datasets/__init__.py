@@ -1,0 +1,8 @@
+"""Data sources, partitioners and the FederatedDataset container."""
+
+from fedarena.datasets import offline  # noqa: F401  (registers the offline sources)
+from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.datasets.registry import DATASETS, build_dataset, dataset_options, register_dataset
+
+__all__ = ["ClientData", "DATASETS", "FederatedDataset", "Split", "build_dataset", "dataset_options",
+           "register_dataset"]

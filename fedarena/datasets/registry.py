@@ -1,0 +1,38 @@
+"""The dataset registry: name -> builder(rng, **options) -> FederatedDataset, plus its default model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedarena.params import resolve
+from fedarena.registry import Registry
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    build: Callable  # build(rng, **options) -> FederatedDataset
+    model: str  # the model the papers use with this dataset
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+
+
+def register_dataset(name: str, *, model: str) -> Callable:
+    def decorator(fn: Callable) -> Callable:
+        DATASETS.add(name, DatasetSpec(fn, model))
+        return fn
+
+    return decorator
+
+
+def dataset_options(name: str, options: dict) -> dict:
+    """The dataset's options with defaults filled in; unknown keys raise ConfigError."""
+    return resolve("dataset", name, DATASETS.get(name).build, options)
+
+
+def build_dataset(name: str, options: dict, rng: np.random.Generator):
+    spec = DATASETS.get(name)
+    return spec.build(rng, **dataset_options(name, options))

@@ -1,0 +1,162 @@
+"""Runs -> table cells: seeds of one cell averaged, incomparable runs refused.
+
+A *position* is where a number sits in a paper table: (dataset_label, method_label, attack_label,
+level). The runs at one position are the seeds of one cell (one ``cell_hash``). They are averaged
+only when they share the data fingerprint, the code version and the config; otherwise the cell is
+marked ``mixed`` and its note says which values disagree (the leaderboard never averages
+incomparable runs).
+
+Input: one row per MLflow run with the tracking schema's params, tags and final metrics (see
+``reader.runs_frame``). Output of :func:`aggregate`: one row per position with the mean over seeds
+of every metric, optionally the half-width of a Student-t confidence interval, the seed count and
+the provenance verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+POSITION = ("dataset_label", "method_label", "attack_label", "level")
+
+# Direction of every metric of the tracking schema: True = higher is better.
+HIGHER_IS_BETTER = {
+    "acc_pooled": True,
+    "acc_mean": True,
+    "acc_worst10": True,
+    "acc_malicious": True,
+    "acc_std": False,
+    "class_std_mean": False,
+    "class_std_std": False,
+    "loss_mean": False,
+}
+METRICS = tuple(HIGHER_IS_BETTER)
+
+# Provenance columns that must agree across the runs of one cell, with the words used in notes.
+PROVENANCE = {
+    "dataset_fingerprint": "dataset fingerprints",
+    "git_sha": "code versions (git_sha)",
+    "cell_hash": "configs (cell_hash)",
+}
+
+IN_PROGRESS = ("RUNNING", "SCHEDULED")
+FAILED = ("FAILED", "KILLED")
+SCALES = ("smoke", "quick", "paper")  # from the least to the most thorough
+
+
+def normalize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Position columns typed and filled: labels fall back to the params, ``level`` is a float."""
+    out = runs.copy()
+    fallbacks = {"dataset_label": "dataset.name", "method_label": "method.name", "attack_label": "attack.name"}
+    for label, param in fallbacks.items():
+        if label not in out:
+            out[label] = out[param] if param in out else np.nan
+        elif param in out:
+            out[label] = out[label].fillna(out[param])
+    out["attack_label"] = out["attack_label"].replace({"none": "clean"})
+    level = out["level"] if "level" in out else pd.Series(np.nan, index=out.index)
+    if "attack.level" in out:
+        level = level.fillna(out["attack.level"])
+    out["level"] = pd.to_numeric(level, errors="coerce").fillna(0.0).astype(float).round(6)
+    if "seed" in out:
+        out["seed"] = pd.to_numeric(out["seed"], errors="coerce")
+    out["diverged"] = _diverged(out)
+    for metric in METRICS:
+        if metric in out:
+            out[metric] = pd.to_numeric(out[metric], errors="coerce")
+    return out
+
+
+def _diverged(runs: pd.DataFrame) -> pd.Series:
+    if "diverged" not in runs:
+        return pd.Series(False, index=runs.index)
+    text = runs["diverged"].astype(str).str.strip().str.lower()
+    return text.isin(("true", "1", "1.0"))
+
+
+def split_status(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """Finished runs, and counts of the runs left out (in progress, failed)."""
+    status = runs["status"] if "status" in runs else pd.Series("FINISHED", index=runs.index)
+    counts = {"in_progress": int(status.isin(IN_PROGRESS).sum()), "failed": int(status.isin(FAILED).sum())}
+    return runs[status == "FINISHED"], counts
+
+
+def select_scale(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataFrame, str | None, int]:
+    """Runs of one scale (given, or the most thorough one present) and how many runs were left out."""
+    if "scale" not in runs or runs["scale"].isna().all():
+        return runs, None, 0
+    present = set(runs["scale"].dropna())
+    if scale is None:
+        ranked = sorted(present, key=lambda s: SCALES.index(s) if s in SCALES else -1)
+        scale = ranked[-1]
+    keep = runs["scale"] == scale
+    return runs[keep], scale, int((~keep).sum())
+
+
+def dedupe(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Keep the latest run of every (cell_hash, seed): a re-run supersedes the earlier trial."""
+    if "cell_hash" not in runs or "seed" not in runs:
+        return runs, 0
+    keyed = runs["cell_hash"].notna() & runs["seed"].notna()
+    order = runs.sort_values("start_time", kind="stable") if "start_time" in runs else runs
+    latest = order[keyed.loc[order.index]].drop_duplicates(["cell_hash", "seed"], keep="last")
+    kept = pd.concat([latest, runs[~keyed]]).sort_index()
+    return kept, len(runs) - len(kept)
+
+
+def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> float:
+    """Half-width of the two-sided Student-t interval of the mean; NaN with fewer than two values."""
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    quantile = stats.t.ppf(0.5 + confidence / 2.0, df=n - 1)
+    return float(quantile * values.std(ddof=1) / np.sqrt(n))
+
+
+def conflicts(group: pd.DataFrame, keys: tuple[str, ...] = tuple(PROVENANCE)) -> str:
+    """Empty when the runs are comparable, else which provenance values disagree."""
+    parts = []
+    for key in keys:
+        if key not in group:
+            continue
+        values = sorted(str(v) for v in group[key].dropna().unique())
+        if len(values) > 1:
+            parts.append(f"{PROVENANCE.get(key, key)} {', '.join(v[:12] for v in values)}")
+    return "; ".join(parts)
+
+
+def aggregate(
+    runs: pd.DataFrame,
+    *,
+    ci: bool = False,
+    confidence: float = 0.95,
+    provenance: tuple[str, ...] = tuple(PROVENANCE),
+) -> pd.DataFrame:
+    """One row per position: mean over seeds of every metric (and ``<metric>_ci`` when ``ci``).
+
+    Columns added: ``n_seeds``, ``diverged`` (any seed diverged), ``mixed`` (runs incomparable; metric
+    values are then NaN) and ``note`` (what disagrees). ``runs`` must be normalized finished runs.
+    """
+    metrics = [m for m in METRICS if m in runs]
+    rows = []
+    for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
+        row = dict(zip(POSITION, key, strict=True))
+        note = conflicts(group, provenance)
+        row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note)
+        for metric in metrics:
+            values = group[metric].to_numpy(dtype=float)
+            row[metric] = np.nan if note else _mean(values)
+            if ci:
+                row[f"{metric}_ci"] = np.nan if note else t_halfwidth(values, confidence)
+        rows.append(row)
+    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", *metrics]
+    columns += [f"{m}_ci" for m in metrics] if ci else []
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _mean(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.mean()) if len(values) else float("nan")

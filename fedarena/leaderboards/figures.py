@@ -1,0 +1,141 @@
+"""Figures as PNG (matplotlib, Agg backend): Ditto Figure 3 and 5, and learning curves.
+
+- Figure 3 (Ditto): robustness, i.e. benign test accuracy (``acc_pooled``), as bars per attack and
+  corruption level, for the global model, the robust aggregators and Ditto.
+- Figure 5 (Ditto): accuracy vs fairness of the defenses under data poisoning (A1): x = benign test
+  accuracy, y = std of the accuracies across benign devices; lower right is better.
+- Learning curves: ``acc_pooled`` per evaluation round (the metric history, step = round), mean over
+  the seeds of a cell, one panel per (attack, level), one line per method.
+
+The ``*_data`` functions are pure selections on the aggregated cells; the plotting functions only draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedarena.leaderboards.cells import POSITION  # noqa: E402
+from fedarena.leaderboards.tables import label, sort_key  # noqa: E402
+
+ROBUST = ("median", "krum", "multi_krum", "clipping", "k_norm", "k_loss", "fedmgda_plus")
+FIGURE_METHODS = ("global", *ROBUST, "ditto")
+
+
+def _ordered(frame: pd.DataFrame, key: str) -> list:
+    return sorted(frame[key].unique(), key=lambda v: sort_key(key, v))
+
+
+def figure3_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Finite accuracies of the figure's methods under attack (not clean) on one dataset."""
+    keep = (
+        (cells["dataset_label"] == dataset)
+        & cells["method_label"].isin(FIGURE_METHODS)
+        & (cells["attack_label"] != "clean")
+        & np.isfinite(cells["acc_pooled"])
+    )
+    return cells[keep]
+
+
+def figure5_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Accuracy and std of the figure's methods under A1 (else the first attack present)."""
+    data = figure3_data(cells, dataset)
+    data = data[np.isfinite(data["acc_std"])]
+    if data.empty:
+        return data
+    attack = "a1" if (data["attack_label"] == "a1").any() else _ordered(data, "attack_label")[0]
+    return data[data["attack_label"] == attack]
+
+
+def plot_figure3(data: pd.DataFrame, title: str, path: Path) -> Path:
+    attacks = _ordered(data, "attack_label")
+    methods = _ordered(data, "method_label")
+    fig, axes = plt.subplots(1, len(attacks), figsize=(4.5 * len(attacks), 3.6), squeeze=False, sharey=True)
+    width = 0.8 / len(methods)
+    for ax, attack in zip(axes[0], attacks, strict=True):
+        part = data[data["attack_label"] == attack]
+        levels = _ordered(part, "level")
+        for i, method in enumerate(methods):
+            rows = part[part["method_label"] == method].set_index("level").reindex(levels)
+            err = rows["acc_pooled_ci"].to_numpy() if "acc_pooled_ci" in rows else None
+            ax.bar(np.arange(len(levels)) + i * width, rows["acc_pooled"].to_numpy(), width, yerr=err, label=method)
+        ax.set_xticks(np.arange(len(levels)) + 0.4 - width / 2, [label("level", lv) for lv in levels])
+        ax.set_title(label("attack_label", attack))
+        ax.set_xlabel("fraction of adversaries")
+    axes[0][0].set_ylabel("benign test accuracy")
+    axes[0][-1].legend(fontsize="small")
+    return _save(fig, title, path)
+
+
+def plot_figure5(data: pd.DataFrame, title: str, path: Path) -> Path:
+    levels = _ordered(data, "level")
+    fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
+    for ax, level in zip(axes[0], levels, strict=True):
+        part = data[data["level"] == level]
+        ax.scatter(part["acc_pooled"], part["acc_std"])
+        for row in part.itertuples(index=False):
+            ax.annotate(row.method_label, (row.acc_pooled, row.acc_std), fontsize="small")
+        ax.set_title(f"{label('attack_label', part['attack_label'].iloc[0])} {label('level', level)}")
+        ax.set_xlabel("benign test accuracy")
+        ax.set_ylabel("std across benign devices")
+    return _save(fig, title, path)
+
+
+def curves_data(runs: pd.DataFrame, history: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Mean over seeds of the metric history per (position, step) for one dataset's runs."""
+    runs = runs[runs["dataset_label"] == dataset][["run_id", *POSITION]]
+    merged = history.merge(runs, on="run_id", how="inner")
+    return merged.groupby([*POSITION, "step"], as_index=False)["value"].mean()
+
+
+def plot_curves(data: pd.DataFrame, title: str, path: Path) -> Path:
+    settings = sorted(
+        {(a, lv) for a, lv in zip(data["attack_label"], data["level"], strict=True)},
+        key=lambda s: (sort_key("attack_label", s[0]), s[1]),
+    )
+    ncols = min(4, len(settings))
+    nrows = -(-len(settings) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3.2 * nrows), squeeze=False, sharey=True)
+    for ax, (attack, level) in zip(axes.flat, settings, strict=False):
+        part = data[(data["attack_label"] == attack) & (data["level"] == level)]
+        for method in _ordered(part, "method_label"):
+            line = part[part["method_label"] == method].sort_values("step")
+            ax.plot(line["step"], line["value"], label=method)
+        ax.set_title(label("attack_label", attack) + ("" if attack == "clean" else f" {label('level', level)}"))
+        ax.set_xlabel("round")
+    for ax in list(axes.flat)[len(settings) :]:
+        ax.set_visible(False)
+    axes[0][0].set_ylabel("benign test accuracy")
+    axes[0][0].legend(fontsize="small")
+    return _save(fig, title, path)
+
+
+def _save(fig, title: str, path: Path) -> Path:
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_figures(cells: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Every figure that has data, per dataset: figure3_<ds>.png, figure5_<ds>.png, curves_<ds>.png."""
+    paths = []
+    for dataset in _ordered(cells, "dataset_label"):
+        fig3 = figure3_data(cells, dataset)
+        if not fig3.empty:
+            paths.append(plot_figure3(fig3, f"Robustness on {dataset} (Ditto Figure 3)", out_dir / f"figure3_{dataset}.png"))
+        fig5 = figure5_data(cells, dataset)
+        if not fig5.empty:
+            paths.append(plot_figure5(fig5, f"Accuracy vs fairness on {dataset} (Ditto Figure 5)", out_dir / f"figure5_{dataset}.png"))
+        curves = curves_data(runs, history, dataset)
+        if not curves.empty:
+            paths.append(plot_curves(curves, f"Learning curves on {dataset}", out_dir / f"curves_{dataset}.png"))
+    return paths

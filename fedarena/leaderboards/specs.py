@@ -1,0 +1,200 @@
+"""The papers' tables as small data (:class:`TableSpec`) over the one generic pivot.
+
+Ditto (Li et al., ICML 2021): Table 1 (global / local / fair / Ditto under A1-A3, "mean (std)" of
+benign test accuracy, bold = highest mean - std per column), Table 2 (personalization baselines,
+datasets x {clean, A1 50%}), Table 3 (Ditto + robust aggregators, means only), Table 5 (fixed and
+dynamic lambda) and the appendix layout of Tables 7-12 (every method present: ``full``).
+FedTilt (Zhang et al.): Tables II / III / VII (test accuracy, client fairness sigma, client-data
+fairness mu_sigma and sigma_sigma, in percent) for clean data, persistent random corruptions and
+persistent Gaussian noise.
+
+"mean" is ``acc_pooled`` (benign pooled test accuracy) and "std" is ``acc_std`` (std of the
+per-device accuracies over benign devices), each averaged over the seeds of a cell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION
+from fedarena.leaderboards.tables import MISSING, Table, label, pivot
+
+DITTO_ATTACKS = ("clean", "a1", "a2", "a3")
+PERSONALIZED = ("finetuning", "l2sgd", "ewc", "skl", "per_fedavg", "mapper", "apfl")
+FEDTILT_METRICS = (
+    ("acc_pooled", "test acc. (%)"),
+    ("acc_std", "client σ"),
+    ("class_std_mean", "μσ"),
+    ("class_std_std", "σσ"),
+)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Which cells a table shows and how.
+
+    ``methods``: ordered method ids, a regular expression, or None for every method present.
+    ``attacks`` / ``settings``: attack labels, or exact (attack, level) pairs, to keep (None: all).
+    ``requires``: regex; the table is written only if some method present matches it.
+    ``value``: "mean_std", "mean" or "metrics" (one column per entry of ``metrics``, in percent).
+    ``bold``: "mean_minus_std", "mean", "direction" (best per metric direction) or None.
+    """
+
+    name: str
+    title: str
+    methods: tuple[str, ...] | str | None = None
+    attacks: tuple[str, ...] | None = None
+    settings: tuple[tuple[str, float], ...] | None = None
+    requires: str | None = None
+    column_by: tuple[str, ...] = ("attack_label", "level")
+    block_by: tuple[str, ...] = ("dataset_label",)
+    value: str = "mean_std"
+    bold: str | None = "mean_minus_std"
+    metrics: tuple[tuple[str, str], ...] = ()
+
+
+def _fedtilt(name: str, title: str, attack: str) -> TableSpec:
+    return TableSpec(
+        name, title, methods=("fedavg", "ditto", "fedtilt"), attacks=(attack,), requires="fedtilt",
+        column_by=("metric",), block_by=("dataset_label", "attack_label", "level"),
+        value="metrics", bold="direction", metrics=FEDTILT_METRICS,
+    )  # fmt: skip
+
+
+SPECS = (
+    TableSpec("ditto_table1", "Ditto Table 1: average (standard deviation) test accuracy on benign devices",
+              methods=("global", "local", "fair_term_t1", "ditto"), attacks=DITTO_ATTACKS,
+              requires="global|local|fair_term_t1"),
+    TableSpec("ditto_table2", "Ditto Table 2: personalization methods, clean and 50% adversaries (A1)",
+              methods=("global", "local", *PERSONALIZED, "ditto"), settings=(("clean", 0.0), ("a1", 0.5)),
+              requires="|".join(PERSONALIZED), column_by=("attack_label", "level", "dataset_label"), block_by=()),
+    TableSpec("ditto_table3", "Ditto Table 3: Ditto augmented with robust aggregators (means)",
+              methods=("global", "clipping", "multi_krum", "ditto", "ditto_clipping", "ditto_multi_krum"),
+              attacks=("a1", "a2", "a3"), requires="ditto_(clipping|multi_krum)", value="mean", bold="mean"),
+    TableSpec("ditto_table5", "Ditto Table 5: fixed and dynamic lambda",
+              methods=r"ditto(_lam[0-9.]+|_best_lam|_dynamic_lam)?", attacks=DITTO_ATTACKS,
+              requires=r"ditto_(lam[0-9.]+|best_lam|dynamic_lam)"),
+    TableSpec("full", "Every method and setting (layout of Ditto appendix Tables 7-12)"),
+    _fedtilt("fedtilt_table2", "FedTilt Table II: clean data (percent)", "clean"),
+    _fedtilt("fedtilt_table3", "FedTilt Table III: persistent random corruptions (percent)",
+             "persistent_random_corruption"),
+    _fedtilt("fedtilt_table7", "FedTilt Table VII: persistent Gaussian noise (percent)", "persistent_gaussian_noise"),
+)  # fmt: skip
+
+
+def select(cells: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """The aggregated cells a spec shows (empty when its ``requires`` is not met)."""
+    methods = cells["method_label"].astype(str)
+    if spec.requires and not methods.str.fullmatch(spec.requires).any():
+        return cells.iloc[0:0]
+    keep = pd.Series(True, index=cells.index)
+    if isinstance(spec.methods, str):
+        keep &= methods.str.fullmatch(spec.methods)
+    elif spec.methods is not None:
+        keep &= methods.isin(spec.methods)
+    if spec.attacks is not None:
+        keep &= cells["attack_label"].isin(spec.attacks)
+    if spec.settings is not None:
+        pairs = {(a, round(float(lv), 6)) for a, lv in spec.settings}
+        keep &= [(a, lv) in pairs for a, lv in zip(cells["attack_label"], cells["level"], strict=True)]
+    return cells[keep]
+
+
+def fraction(x: float, digits: int) -> str:
+    """A fraction in the papers' style: 0.855 -> '.855'."""
+    if not np.isfinite(x):
+        return MISSING
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("0.") else text
+
+
+def _mean_std(row, value: str) -> tuple[str, float]:
+    if row.mixed:
+        return "mixed", np.nan
+    ci = getattr(row, "acc_pooled_ci", np.nan)
+    text = fraction(row.acc_pooled, 3) + (f"±{fraction(ci, 3)}" if np.isfinite(ci) else "")
+    score = row.acc_pooled
+    if value == "mean_std":
+        text += f" ({fraction(row.acc_std, 2)})"
+        score = row.acc_pooled - row.acc_std
+    return text + ("†" if row.diverged else ""), score
+
+
+def _metric_rows(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    rows = []
+    for row in selected.itertuples(index=False):
+        for metric, head in spec.metrics:
+            value = getattr(row, metric, np.nan)
+            ci = getattr(row, f"{metric}_ci", np.nan)
+            if row.mixed:
+                text, score = "mixed", np.nan
+            elif not np.isfinite(value):
+                text, score = MISSING, np.nan
+            else:
+                text = f"{100 * value:.2f}" + (f"±{100 * ci:.2f}" if np.isfinite(ci) else "")
+                text += "†" if row.diverged else ""
+                score = value if HIGHER_IS_BETTER[metric] else -value
+            rows.append({**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score})
+    return pd.DataFrame(rows)
+
+
+def display_frame(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+    """The selected cells with the ``text`` and bold ``score`` the pivot needs."""
+    if spec.value == "metrics":
+        frame = _metric_rows(selected, spec)
+    else:
+        frame = selected.copy()
+        texts, scores = zip(*(_mean_std(r, spec.value) for r in selected.itertuples(index=False)), strict=True)
+        frame["text"], frame["score"] = list(texts), list(scores)
+    if spec.bold is None:
+        frame["score"] = np.nan
+    return frame
+
+
+def block_title(keys: tuple[str, ...], values: tuple) -> str:
+    texts = {k: label(k, v) for k, v in zip(keys, values, strict=True)}
+    if texts.get("attack_label") == "clean":
+        texts.pop("level", None)
+    return " ".join(t for t in texts.values() if t)
+
+
+def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | None = None) -> Table | None:
+    """The table of ``spec`` from aggregated cells, or None when none of its cells has runs."""
+    selected = select(cells, spec)
+    if selected.empty:
+        return None
+    frame = display_frame(selected, spec)
+    order = spec.methods if isinstance(spec.methods, tuple) else None
+    metric_order = {head: i for i, (_, head) in enumerate(spec.metrics)}
+    blocks = pivot(frame, row_key="method_label", column_by=spec.column_by, block_by=spec.block_by,
+                   row_order=order, column_order=metric_order)  # fmt: skip
+    for key, block in blocks:
+        block.title = block_title(spec.block_by, key)
+    notes = table_notes(selected, spec) + list(footnotes or [])
+    return Table(spec.name, spec.title, [b for _, b in blocks], notes, selected.reset_index(drop=True))
+
+
+def table_notes(selected: pd.DataFrame, spec: TableSpec) -> list[str]:
+    """Footnotes that explain this table's cells."""
+    bold = {
+        "mean_minus_std": "Bold: the highest mean - std in each column.",
+        "mean": "Bold: the highest mean in each column.",
+        "direction": "Bold: the best value in each column (higher accuracy, lower σ).",
+    }
+    notes = [bold[spec.bold]] if spec.bold else []
+    seeds = selected.loc[~selected["mixed"], "n_seeds"]
+    if len(seeds):
+        span = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
+        notes.append(f"Each cell is the mean over {span} seed(s).")
+    if "acc_pooled_ci" in selected:
+        notes.append("±: half-width of the 95% Student-t interval over seeds (none with a single seed).")
+    if selected["diverged"].any():
+        notes.append("†: at least one seed diverged.")
+    for row in selected[selected["mixed"]].itertuples(index=False):
+        where = " / ".join(label(k, getattr(row, k)) for k in POSITION)
+        notes.append(f"mixed at {where}: runs not averaged, they differ in {row.note}.")
+    return notes

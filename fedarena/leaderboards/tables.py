@@ -1,0 +1,165 @@
+"""A format-neutral table model and the one generic pivot every paper table is built with.
+
+A :class:`Table` is a list of blocks (the papers stack one block per dataset, each with its own
+header: FEMNIST's A3 levels differ from Fashion-MNIST's). A block has an optional group header row
+(e.g. "A1" spanning 20% / 50% / 80%), a header row, and rows of text cells, some in bold. Renderers
+(``render.py``) turn it into LaTeX, Markdown or HTML; the tidy numbers behind it go to CSV.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+MISSING = "–"
+
+DATASET_ORDER = ("fmnist", "femnist", "femnist_skewed", "celeba", "vehicle", "stackoverflow", "mnist", "cifar10")
+ATTACK_ORDER = ("clean", "a1", "a2", "a3", "persistent_random_corruption", "persistent_gaussian_noise")
+METHOD_ORDER = (
+    "global", "fedavg", "local", "fair_term_t1", "finetuning", "l2sgd", "ewc", "skl", "per_fedavg",
+    "mapper", "apfl", "mocha", "median", "krum", "multi_krum", "clipping", "k_norm", "k_loss",
+    "fedmgda_plus", "fedtilt", "ditto", "ditto_lam", "ditto_best_lam", "ditto_dynamic_lam",
+    "ditto_clipping", "ditto_multi_krum",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    bold: bool = False
+
+
+@dataclass
+class Block:
+    """``header`` names every column (``stub`` label columns first); ``groups`` spans the value columns.
+
+    ``title`` (e.g. the dataset) sits in the top-left corner, as in the papers' tables.
+    """
+
+    header: list[str]
+    rows: list[list[Cell]]
+    groups: list[tuple[str, int]] = field(default_factory=list)
+    stub: int = 1
+    title: str = ""
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    blocks: list[Block]
+    footnotes: list[str]
+    tidy: pd.DataFrame
+
+
+def _rank(order: tuple[str, ...], name: str) -> tuple:
+    """Known names in paper order; ``ditto_lam<x>`` by x; the rest alphabetically after them."""
+    match = re.fullmatch(r"ditto_lam([0-9.]+)", name)
+    if match and "ditto_lam" in order:
+        return (order.index("ditto_lam"), float(match.group(1)), name)
+    if name in order:
+        return (order.index(name), 0.0, name)
+    return (len(order), 0.0, name)
+
+
+def sort_key(key: str, value) -> tuple:
+    """Sort key of one value of a position column."""
+    orders = {"dataset_label": DATASET_ORDER, "attack_label": ATTACK_ORDER, "method_label": METHOD_ORDER}
+    if key in orders:
+        return _rank(orders[key], str(value))
+    if isinstance(value, (int, float, np.number)):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+def label(key: str, value) -> str:
+    """Display text of one value: attacks as A1..A3, levels as percentages."""
+    if key == "attack_label":
+        return str(value).upper() if re.fullmatch(r"a\d+", str(value)) else str(value)
+    if key == "level":
+        return f"{100 * float(value):g}%"
+    return str(value)
+
+
+def column_labels(keys: tuple[str, ...], values: tuple) -> tuple[str, str]:
+    """(group, sub) header labels of one column; a clean column has no level."""
+    texts = {k: label(k, v) for k, v in zip(keys, values, strict=True)}
+    if texts.get("attack_label") == "clean" and "level" in texts:
+        texts["level"] = ""
+    parts = [texts[k] for k in keys]
+    return " ".join(p for p in parts[:-1] if p), parts[-1]
+
+
+def pivot(
+    frame: pd.DataFrame,
+    *,
+    row_key: str,
+    column_by: tuple[str, ...],
+    block_by: tuple[str, ...] = (),
+    row_order: tuple[str, ...] | None = None,
+    stub_label: str = "method",
+    column_order: dict | None = None,
+) -> list[tuple[tuple, Block]]:
+    """Blocks of a table from a frame with the key columns plus ``text`` and ``score``.
+
+    In every column of a block, the cells with the highest finite ``score`` are bold (ties: all of
+    them). Rows are ``row_order`` (or every row key, sorted) restricted to rows with a cell in the
+    block; absent cells read ``MISSING``. ``column_order`` maps a value to its rank for keys whose
+    order is the spec's (e.g. metric columns).
+    """
+    blocks = []
+    groups = frame.groupby(list(block_by), sort=False) if block_by else [((), frame)]
+    for key, part in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        blocks.append((key, _block(part, row_key, column_by, row_order, stub_label, column_order or {})))
+    return sorted(blocks, key=lambda kb: tuple(sort_key(k, v) for k, v in zip(block_by, kb[0], strict=True)))
+
+
+def _block(part, row_key, column_by, row_order, stub_label, column_order) -> Block:
+    def col_key(col):
+        return tuple(
+            (column_order[v], 0.0, "") if v in column_order else sort_key(k, v)
+            for k, v in zip(column_by, col, strict=True)
+        )
+
+    columns = sorted({tuple(c) for c in part[list(column_by)].itertuples(index=False)}, key=col_key)
+    present = set(part[row_key])
+    if row_order is None:
+        rows = sorted(present, key=lambda r: sort_key(row_key, r))
+    else:
+        rows = [r for r in row_order if r in present]
+    by_pos = {(getattr(r, row_key), tuple(getattr(r, k) for k in column_by)): r for r in part.itertuples()}
+    bold = _bold(by_pos, columns)
+    body = []
+    for row in rows:
+        cells = [Cell(label(row_key, row))]
+        for col in columns:
+            hit = by_pos.get((row, col))
+            cells.append(Cell(hit.text if hit is not None else MISSING, (row, col) in bold))
+        body.append(cells)
+    heads = [column_labels(column_by, c) for c in columns]
+    return Block(header=[stub_label] + [s for _, s in heads], rows=body, groups=_spans([g for g, _ in heads]))
+
+
+def _bold(by_pos: dict, columns: list[tuple]) -> set:
+    best: dict[tuple, float] = {}
+    for (_, col), r in by_pos.items():
+        if np.isfinite(r.score):
+            best[col] = max(best.get(col, -np.inf), r.score)
+    return {pos for pos, r in by_pos.items() if np.isfinite(r.score) and r.score == best[pos[1]]}
+
+
+def _spans(labels: list[str]) -> list[tuple[str, int]]:
+    """Runs of equal consecutive group labels; none when every label is empty."""
+    if not any(labels):
+        return []
+    spans: list[tuple[str, int]] = []
+    for text in labels:
+        if spans and spans[-1][0] == text:
+            spans[-1] = (text, spans[-1][1] + 1)
+        else:
+            spans.append((text, 1))
+    return spans

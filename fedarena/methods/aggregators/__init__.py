@@ -1,0 +1,29 @@
+"""Server-side aggregation rules (defenses), pre-aggregators and the builder the engine calls.
+
+Importing this package registers every rule in ``AGGREGATORS``:
+mean, weighted_mean, term, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
+krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, centered_clipping
+(``iterative``). Rules that read the clients' losses at the global model are listed in ``NEEDS_LOSSES``.
+"""
+
+from fedarena.methods.aggregators import coordinatewise, iterative, krum, mgda, simple  # noqa: F401  (registers)
+from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS, NEEDS_LOSSES, PRE_AGGREGATORS
+from fedarena.methods.aggregators.builder import (
+    Aggregator,
+    check_aggregator,
+    expected_malicious,
+    make_aggregator,
+)
+from fedarena.methods.aggregators.simple import clip_to_median_norm
+
+__all__ = [
+    "AGGREGATORS",
+    "CHECKS",
+    "NEEDS_LOSSES",
+    "PRE_AGGREGATORS",
+    "Aggregator",
+    "check_aggregator",
+    "clip_to_median_norm",
+    "expected_malicious",
+    "make_aggregator",
+]

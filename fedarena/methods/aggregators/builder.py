@@ -1,0 +1,88 @@
+"""Build an aggregator from its config section and check it can run before training starts.
+
+A section looks like ``{"name": "krum", "pre": ["clip"], "f": None, **hyperparameters}``: ``name`` picks
+the rule, ``pre`` lists pre-aggregators applied in order to the stacked updates (``clip``: norm clipping to
+the round's median norm), ``f`` (if not None) overrides the engine's expected number of malicious clients;
+every other key must be a keyword-only hyperparameter of the rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS, NEEDS_LOSSES, PRE_AGGREGATORS, Aggregate
+from fedarena.params import ConfigError, resolve
+
+STRUCTURAL_KEYS = ("name", "pre", "f")
+RULE_ARGUMENTS = ("weights", "losses", "f")
+
+
+@dataclass(frozen=True)
+class Aggregator:
+    """A resolved aggregator: ``agg(updates[n, d], weights[n], losses[n] | None) -> [d]``."""
+
+    name: str
+    rule: Aggregate
+    f: int
+    params: dict[str, Any] = field(default_factory=dict)
+    pre: tuple[str, ...] = ()
+    pre_fns: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = ()
+
+    @property
+    def needs_losses(self) -> bool:
+        return self.name in NEEDS_LOSSES
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
+        for pre_aggregate in self.pre_fns:
+            updates = pre_aggregate(updates)
+        return self.rule(updates, weights=weights, losses=losses, f=self.f, **self.params)
+
+
+def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
+    pre = section.get("pre") or ()
+    if isinstance(pre, str) or not all(isinstance(p, str) for p in pre):
+        raise ConfigError(f"aggregator 'pre' must be a list of names ({', '.join(PRE_AGGREGATORS.names())}), got {pre!r}")
+    return tuple(pre)
+
+
+def resolve_f(section: Mapping[str, Any], f: int) -> int:
+    chosen = f if section.get("f") is None else section["f"]
+    if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 0:
+        raise ConfigError(f"aggregator f (number of malicious clients assumed) must be an integer >= 0, got {chosen!r}")
+    return chosen
+
+
+def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
+    """Resolve ``section`` into a callable ``Aggregator``; unknown names or hyperparameters raise errors
+    that list the allowed ones."""
+    if "name" not in section:
+        raise ConfigError(f"an aggregator section needs a 'name'; available: {', '.join(AGGREGATORS.names())}")
+    name = section["name"]
+    rule = AGGREGATORS.get(name)
+    pre = pre_names(section)
+    pre_fns = tuple(PRE_AGGREGATORS.get(p) for p in pre)
+    given = {k: v for k, v in section.items() if k not in STRUCTURAL_KEYS}
+    params = resolve("aggregator", name, rule, given, exclude=RULE_ARGUMENTS)
+    return Aggregator(name, rule, resolve_f(section, f), params, pre, pre_fns)
+
+
+def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
+    """Raise ConfigError if the rule cannot run on n sampled clients with f assumed malicious
+    (e.g. krum with 2f + 2 >= n, bulyan with n < 4f + 3, trimmed_mean with 2f >= n)."""
+    agg = make_aggregator(section, f=f)
+    CHECKS[agg.name](n, agg.f, **agg.params)
+
+
+def expected_malicious(clients_per_round: int, num_corrupted: int, num_clients: int) -> int:
+    """Expected number of malicious clients among the selected ones, int(clients_per_round * num_corrupted /
+    num_clients), as Ditto's reference code computes the f given to Krum, multi-Krum, k-norm and k-loss."""
+    if num_clients < 1 or clients_per_round < 0 or not 0 <= num_corrupted <= num_clients:
+        raise ConfigError(
+            f"expected_malicious needs num_clients >= 1, clients_per_round >= 0 and 0 <= num_corrupted <= "
+            f"num_clients; got {clients_per_round}, {num_corrupted}, {num_clients}"
+        )
+    return clients_per_round * num_corrupted // num_clients

@@ -1,0 +1,51 @@
+"""Coordinate-wise rules: median and trimmed mean (Yin, Chen, Ramchandran, Bartlett, ICML 2018)."""
+
+from __future__ import annotations
+
+import torch
+
+from fedarena.methods.aggregators.base import aggregator, check_common, check_updates, columnwise, coordinate_median
+from fedarena.params import ConfigError
+
+
+@aggregator("median")
+def median(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Coordinate-wise median (Yin et al. 2018; Ditto's 'median', reference ``median_average`` = np.median):
+    for an even number of updates, the mean of the two middle values of each coordinate."""
+    check_updates(updates, f)
+    return columnwise(coordinate_median, updates)
+
+
+def trim_count(n: int, f: int, beta: float | None) -> int:
+    """Values dropped at each end of every coordinate: f, or floor(beta * n) when beta is set."""
+    return f if beta is None else int(beta * n)
+
+
+def check_trimmed_mean(n: int, f: int, *, beta: float | None = None) -> None:
+    check_common(n, f)
+    if beta is not None and not 0 <= beta < 0.5:
+        raise ConfigError(f"trimmed_mean: beta is the fraction trimmed at each end and must be in [0, 0.5), got {beta}")
+    trimmed = trim_count(n, f, beta)
+    if 2 * trimmed >= n:
+        raise ConfigError(
+            f"trimmed_mean drops {trimmed} values at each end of every coordinate and needs 2 * {trimmed} < n = {n}"
+        )
+
+
+@aggregator("trimmed_mean", check=check_trimmed_mean)
+def trimmed_mean(
+    updates: torch.Tensor,
+    *,
+    weights: torch.Tensor,
+    losses: torch.Tensor | None,
+    f: int,
+    beta: float | None = None,
+) -> torch.Tensor:
+    """Coordinate-wise trimmed mean (Yin et al. 2018): in every coordinate drop the t largest and t smallest
+    values and average the remaining n - 2t uniformly; t = f, or floor(beta * n) when ``beta`` is set."""
+    n = check_updates(updates, f)
+    check_trimmed_mean(n, f, beta=beta)
+    trimmed = trim_count(n, f, beta)
+    if trimmed == 0:
+        return updates.mean(dim=0)
+    return columnwise(lambda x: x.sort(dim=0).values[trimmed : n - trimmed].mean(dim=0), updates)

@@ -1,0 +1,97 @@
+"""Iterative robust centres: the geometric median (RFA) and centered clipping."""
+
+from __future__ import annotations
+
+import torch
+
+from fedarena.methods.aggregators.base import (
+    aggregator,
+    as_vector,
+    check_common,
+    check_updates,
+    columnwise,
+    coordinate_median,
+)
+from fedarena.params import ConfigError
+
+CENTRES = ("median", "zero")
+
+
+def check_geometric_median(n: int, f: int, *, iters: int = 100, eps: float = 1e-6, tol: float = 1e-6) -> None:
+    check_common(n, f)
+    if iters < 1 or eps <= 0 or tol < 0:
+        raise ConfigError(f"geometric_median needs iters >= 1, eps > 0, tol >= 0; got {iters}, {eps}, {tol}")
+
+
+def weiszfeld_objective(updates: torch.Tensor, alpha: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum_i alpha_i ||v - x_i||, the distances)."""
+    dist = (updates - v).norm(dim=1)
+    return alpha @ dist, dist
+
+
+@aggregator("geometric_median", check=check_geometric_median)
+def geometric_median(
+    updates: torch.Tensor,
+    *,
+    weights: torch.Tensor,
+    losses: torch.Tensor | None,
+    f: int,
+    iters: int = 100,
+    eps: float = 1e-6,
+    tol: float = 1e-6,
+) -> torch.Tensor:
+    """RFA (Pillutla, Kakade, Harchaoui 2019): the weighted geometric median argmin_v sum_i alpha_i ||v - x_i||,
+    alpha = sample counts normalised, by the smoothed Weiszfeld algorithm: start at the weighted mean, then
+    beta_i = alpha_i / max(eps, ||v - x_i||), v <- sum_i beta_i x_i / sum_i beta_i, for at most ``iters``
+    iterations, stopping once the objective improves by at most tol * objective. (RFA's own runs use a few
+    iterations; the default here converges on typical inputs.)"""
+    n = check_updates(updates, f)
+    check_geometric_median(n, f, iters=iters, eps=eps, tol=tol)
+    alpha = as_vector(weights, updates, "weights")
+    if bool((alpha < 0).any()) or not bool(alpha.sum() > 0):
+        raise ConfigError(f"weights must be non-negative with a positive sum, got {alpha.tolist()}")
+    alpha = alpha / alpha.sum()
+    v = alpha @ updates
+    objective, dist = weiszfeld_objective(updates, alpha, v)
+    for _ in range(iters):
+        beta = alpha / dist.clamp_min(eps)
+        v = (beta / beta.sum()) @ updates
+        previous = objective
+        objective, dist = weiszfeld_objective(updates, alpha, v)
+        if float(previous - objective) <= tol * float(objective):
+            break
+    return v
+
+
+def check_centered_clipping(n: int, f: int, *, tau: float = 1.0, iters: int = 1, center: str = "median") -> None:
+    check_common(n, f)
+    if tau <= 0 or iters < 1:
+        raise ConfigError(f"centered_clipping needs tau > 0 and iters >= 1; got tau={tau}, iters={iters}")
+    if center not in CENTRES:
+        raise ConfigError(f"centered_clipping: unknown center {center!r}; allowed: {', '.join(CENTRES)}")
+
+
+@aggregator("centered_clipping", check=check_centered_clipping)
+def centered_clipping(
+    updates: torch.Tensor,
+    *,
+    weights: torch.Tensor,
+    losses: torch.Tensor | None,
+    f: int,
+    tau: float = 1.0,
+    iters: int = 1,
+    center: str = "median",
+) -> torch.Tensor:
+    """Centered clipping (Karimireddy, He, Jaggi, ICML 2021): v <- v + (1/n) sum_i (x_i - v) min(1, tau /
+    ||x_i - v||), ``iters`` times (the paper uses one). The paper starts from the previous round's aggregate
+    (server momentum); this stateless variant starts from the round's coordinate-wise median
+    (center="median", default) or from zero (center="zero", i.e. the unchanged global model). Uniform weights
+    as in the paper; tau is in the units of the updates."""
+    n = check_updates(updates, f)
+    check_centered_clipping(n, f, tau=tau, iters=iters, center=center)
+    v = columnwise(coordinate_median, updates) if center == "median" else updates.new_zeros(updates.shape[1])
+    for _ in range(iters):
+        diff = updates - v
+        scale = (tau / diff.norm(dim=1).clamp_min(1e-30)).clamp(max=1.0)
+        v = v + (scale @ diff) / n
+    return v

@@ -1,0 +1,111 @@
+"""Distance-based selection: Krum, multi-Krum (Blanchard et al., NeurIPS 2017) and Bulyan (El Mhamdi,
+Guerraoui, Rouault, ICML 2018)."""
+
+from __future__ import annotations
+
+import torch
+
+from fedarena.methods.aggregators.base import (
+    aggregator,
+    check_common,
+    check_updates,
+    columnwise,
+    coordinate_median,
+    pairwise_sq_distances,
+)
+from fedarena.params import ConfigError
+
+
+def krum_scores(sq_dist: torch.Tensor, neighbours: int, active: torch.Tensor | None = None) -> torch.Tensor:
+    """score_i = sum of the ``neighbours`` smallest squared distances from i to the other active updates;
+    inactive rows get +inf. ``sq_dist`` is [n, n] with a zero diagonal."""
+    n = sq_dist.shape[0]
+    active = torch.ones(n, dtype=torch.bool, device=sq_dist.device) if active is None else active
+    excluded = ~active[None, :] | torch.eye(n, dtype=torch.bool, device=sq_dist.device)
+    others = sq_dist.masked_fill(excluded, float("inf"))
+    scores = others.topk(neighbours, dim=1, largest=False).values.sum(dim=1)
+    return scores.masked_fill(~active, float("inf"))
+
+
+def check_krum(n: int, f: int, **params) -> None:
+    check_common(n, f)
+    if n - f - 2 < 1:
+        raise ConfigError(f"krum scores the n - f - 2 nearest neighbours and needs 2f + 2 < n, got n={n}, f={f}")
+
+
+@aggregator("krum", check=check_krum)
+def krum(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Krum (Blanchard et al. 2017): score_i = sum of squared L2 distances from update i to its k = n - f - 2
+    nearest other updates; return the update with the lowest score (ties: lowest index). Same k as Ditto's
+    reference ``krum_average`` (ByzFL uses n - f - 1)."""
+    n = check_updates(updates, f)
+    check_krum(n, f)
+    scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
+    return updates[torch.argmin(scores)]
+
+
+def multi_krum_size(n: int, f: int, m: int | None) -> int:
+    return n - f if m is None else m
+
+
+def check_multi_krum(n: int, f: int, *, m: int | None = None) -> None:
+    check_krum(n, f)
+    size = multi_krum_size(n, f, m)
+    if not 1 <= size <= n:
+        raise ConfigError(f"multi_krum averages m updates and needs 1 <= m <= n = {n}, got m={size}")
+
+
+@aggregator("multi_krum", check=check_multi_krum)
+def multi_krum(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None
+) -> torch.Tensor:
+    """Multi-Krum (Blanchard et al. 2017): Krum scores with k = n - f - 2 neighbours; uniform mean of the m
+    lowest-score updates, m = n - f by default (Ditto's reference ``mkrum_average``); m = 1 is Krum."""
+    n = check_updates(updates, f)
+    check_multi_krum(n, f, m=m)
+    scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
+    chosen = torch.argsort(scores, stable=True)[: multi_krum_size(n, f, m)]
+    return updates[chosen].mean(dim=0)
+
+
+def check_bulyan(n: int, f: int, **params) -> None:
+    check_common(n, f)
+    if n < 4 * f + 3:
+        raise ConfigError(f"bulyan needs n >= 4f + 3, got n={n}, f={f} (needs n >= {4 * f + 3})")
+
+
+def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
+    """Indices of ``count`` updates chosen one at a time by Krum on the not-yet-chosen ones (Bulyan's
+    selection). Krum on r remaining updates scores max(r - f - 2, 1) neighbours: the paper's recursion
+    reaches r = 2f + 1 < 2f + 3, where n - f - 2 would be < 1, so at least one neighbour is kept."""
+    n = sq_dist.shape[0]
+    remaining = torch.ones(n, dtype=torch.bool, device=sq_dist.device)
+    chosen = []
+    for step in range(count):
+        left = n - step
+        if left == 1:
+            best = torch.nonzero(remaining)[0, 0]
+        else:
+            best = torch.argmin(krum_scores(sq_dist, max(left - f - 2, 1), remaining))
+        chosen.append(best)
+        remaining[best] = False
+    return torch.stack(chosen)
+
+
+def closest_to_median_mean(selected: torch.Tensor, keep: int) -> torch.Tensor:
+    """Per coordinate, the mean of the ``keep`` values closest to the coordinate-wise median."""
+    centre = coordinate_median(selected)
+    nearest = (selected - centre).abs().topk(keep, dim=0, largest=False).indices
+    return selected.gather(0, nearest).mean(dim=0)
+
+
+@aggregator("bulyan", check=check_bulyan)
+def bulyan(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Bulyan over Krum (El Mhamdi et al. 2018): choose theta = n - 2f updates by iterated Krum (see
+    ``iterated_krum``), then in every coordinate average the beta = theta - 2f values closest to the
+    coordinate-wise median of the chosen ones (np.median convention for even theta). Needs n >= 4f + 3."""
+    n = check_updates(updates, f)
+    check_bulyan(n, f)
+    theta = n - 2 * f
+    selected = updates[iterated_krum(pairwise_sq_distances(updates), f, theta)]
+    return columnwise(lambda x: closest_to_median_mean(x, theta - 2 * f), selected)

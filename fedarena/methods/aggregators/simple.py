@@ -1,0 +1,106 @@
+"""Averages and norm/loss-based filters: mean, weighted_mean, term, clipping, k_norm, k_loss.
+
+Variants follow Ditto's reference implementation (litian96/ditto, ``flearn/trainers_global/fedbase.py``
+and ``flearn/utils/tf_utils.py``) as described in Ditto (Li et al., ICML 2021) Section 4.3 / Appendix D.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedarena.methods.aggregators.base import (
+    PRE_AGGREGATORS,
+    aggregator,
+    as_vector,
+    check_common,
+    check_updates,
+    require_losses,
+    vector_median,
+)
+from fedarena.params import ConfigError
+
+NORM_GUARD = 1e-10  # the reference's l2_clip divides by norm + 1e-10
+
+
+@aggregator("mean")
+def mean(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Uniform mean of the updates (Ditto Algorithm 2 / FedAvg as in Ditto: clients are sampled with
+    probability proportional to their sample counts, and their updates are averaged uniformly)."""
+    check_updates(updates, f)
+    return updates.mean(dim=0)
+
+
+@aggregator("weighted_mean")
+def weighted_mean(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
+    """Sample-weighted mean sum_i w_i u_i / sum_i w_i (FedAvg, McMahan et al. 2017, with uniform sampling)."""
+    check_updates(updates, f)
+    return normalised_average(updates, as_vector(weights, updates, "weights"), "weights")
+
+
+def normalised_average(updates: torch.Tensor, weights: torch.Tensor, what: str) -> torch.Tensor:
+    if bool((weights < 0).any()) or not bool(weights.sum() > 0):
+        raise ConfigError(f"{what} must be non-negative with a positive sum, got {weights.tolist()}")
+    return (weights / weights.sum()) @ updates
+
+
+@aggregator("term", needs_losses=True)
+def term(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, t: float = 1.0
+) -> torch.Tensor:
+    """Tilted (TERM, Li et al. ICLR 2021) average: weights proportional to exp(t * loss_i), the loss of
+    client i at the current global model; Ditto's 'fair' baseline (reference: ``aggregate`` with weights
+    ``exp(q * loss)``, q = t = 1; Section 4.3 also uses t = 2, 5). Sample counts are not used."""
+    check_updates(updates, f)
+    tilted = torch.softmax(t * require_losses(losses, updates, "term"), dim=0)
+    return tilted @ updates
+
+
+def clip_to_median_norm(updates: torch.Tensor) -> torch.Tensor:
+    """Rescale every update whose L2 norm exceeds the median norm of the round down to that median
+    (Ditto's 'clipping', reference ``l2_clip``: threshold = np.median of the norms, factor
+    threshold / (norm + 1e-10); Sun et al. 2019 use a fixed threshold instead)."""
+    norms = updates.norm(dim=1)
+    threshold = vector_median(norms)
+    factor = torch.where(norms > threshold, threshold / (norms + NORM_GUARD), torch.ones_like(norms))
+    return updates * factor[:, None]
+
+
+PRE_AGGREGATORS.add("clip", clip_to_median_norm)
+
+
+@aggregator("clipping")
+def clipping(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
+    """Norm clipping to the round's median update norm (``clip_to_median_norm``), then the uniform mean
+    (Ditto Appendix D: 'we set the threshold to be the median of the gradient norms')."""
+    check_updates(updates, f)
+    return clip_to_median_norm(updates).mean(dim=0)
+
+
+def check_keeps_one(n: int, f: int, **params) -> None:
+    check_common(n, f)
+    if f >= n:
+        raise ConfigError(f"this rule keeps n - f updates and needs f < n, got n={n}, f={f}")
+
+
+@aggregator("k_norm", check=check_keeps_one)
+def k_norm(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Drop the f updates with the largest L2 norms and average the other n - f uniformly (Ditto's 'k-norm',
+    after the norm-based anomaly detector of Bagdasaryan et al. 2020; reference ``k_norm_average``)."""
+    n = check_updates(updates, f)
+    check_keeps_one(n, f)
+    keep = torch.argsort(updates.norm(dim=1), stable=True)[: n - f]
+    return updates[keep].mean(dim=0)
+
+
+@aggregator("k_loss", check=check_keeps_one, needs_losses=True)
+def k_loss(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+    """Return the single update whose training loss at the global model is the (n - f)-th smallest, i.e. the
+    (f + 1)-th largest (Ditto's 'k-loss', reference ``k_loss_average``: ``argsort(losses)[n - f - 1]``)."""
+    n = check_updates(updates, f)
+    check_keeps_one(n, f)
+    order = torch.argsort(require_losses(losses, updates, "k_loss"), stable=True)
+    return updates[order[n - f - 1]]

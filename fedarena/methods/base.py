@@ -1,0 +1,87 @@
+"""What a federated method is: small pure functions over explicit state.
+
+State is plain data: the global parameters ``w`` ([d]) and ``clients``, a dict of per-client tensors
+(e.g. Ditto's personal models, ``[num_clients, d]``). Within a round the simulation hands a method the
+selected clients' stacked ``local`` tensors ([n, d] each) and a ``StepContext``; the method returns new
+tensors (only per-client tables are written in place, see ``scatter_rows``). The same code runs for one client or many at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from fedarena.params import resolve
+from fedarena.registry import Registry
+from fedarena.simulation.backends import Backend
+from fedarena.simulation.data import Batch
+
+# aggregate(updates[n, d], weights[n], losses[n] | None) -> [d]: the configured server rule (defense)
+Aggregate = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a local step may use besides its own state and minibatch."""
+
+    backend: Backend
+    lr: float
+    w_round: torch.Tensor  # [d] the global model at the start of the round
+    ids: torch.Tensor  # [n] the clients of this group
+    val: Batch | None  # the group's whole validation sets (for methods that tune on them), else None
+    strong_attack: bool  # Ditto D.2's "strong attack" (dynamic lambda candidates)
+
+
+def sgd(params: torch.Tensor, grads: torch.Tensor, lr: float, active: torch.Tensor) -> torch.Tensor:
+    """One SGD step per row; rows whose client has no real batch at this step stay as they are."""
+    return params - (lr * active)[:, None] * grads
+
+
+class Method:
+    """FedAvg-shaped defaults; a method overrides what differs. Hyperparameters are constructor args."""
+
+    name = "method"
+    evaluates = "global"  # "global" or "personal": which parameters score a client at evaluation
+    uses_aggregator = True  # False: the method has no global aggregation (e.g. local training)
+    needs_val = False  # True: StepContext.val is filled with the group's validation data
+    needs_losses = False  # True: server_update needs each client's training loss at the global model
+
+    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
+        return {}
+
+    def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"w": w.expand(len(ids), -1).clone()}
+
+    def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        _, g = ctx.backend.grad(local["w"], batch)
+        return {**local, "w": sgd(local["w"], g, ctx.lr, batch.active)}
+
+    def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
+        """(updates [n, d] sent to the server, new per-client state)."""
+        return local["w"] - w, clients
+
+    def server_update(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor,
+                      losses: torch.Tensor | None, aggregate: Aggregate) -> torch.Tensor:
+        return w + aggregate(updates, weights, losses)
+
+    def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
+        """[d] (one model for everyone) or [num_clients, d] (one per client)."""
+        return clients["personal"] if self.evaluates == "personal" else w
+
+
+METHODS: Registry[Callable[..., Method]] = Registry("method")
+
+
+def build_method(section: dict) -> Method:
+    name = section["name"]
+    factory = METHODS.get(name)
+    given = {k: v for k, v in section.items() if k != "name"}
+    return factory(**resolve("method", name, factory, given))
+
+
+def scatter_rows(table: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``table[ids] = rows``, in place: a per-client table ([num_clients, d], gigabytes at paper scale) is
+    the one piece of state not copied; the simulation owns it and passes it back in every round."""
+    return table.index_copy_(0, ids, rows.to(table.dtype))

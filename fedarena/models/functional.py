@@ -1,0 +1,91 @@
+"""A model as pure functions of a flat parameter vector.
+
+All client models (global copies, personal models) are rows of ``[n, d]`` tensors. ``FlatModel``
+turns a row into the module's named parameters (views, no copy) and evaluates the module functionally,
+so the same loss serves one client (plain autograd) or many at once (``vmap``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from fedarena.models.zoo import MODELS, LinearSVM
+from fedarena.params import ConfigError, resolve
+
+TASKS = ("classification", "binary_pm1", "regression")
+
+
+class FlatModel:
+    """Names, shapes and the loss of one architecture; parameters live outside, as flat vectors."""
+
+    def __init__(self, module: nn.Module, task: str):
+        if task not in TASKS:
+            raise ConfigError(f"unknown task {task!r}; available: {', '.join(TASKS)}")
+        self.module = module
+        self.task = task
+        params = dict(module.named_parameters())
+        self.names = list(params)
+        self.shapes = [p.shape for p in params.values()]
+        self.sizes = [math.prod(s) for s in self.shapes]
+        self.dim = sum(self.sizes)
+        self.l2 = getattr(module, "l2", 0.0) if isinstance(module, LinearSVM) else 0.0
+
+    def flatten(self) -> torch.Tensor:
+        """The module's current parameters as one flat vector (a copy)."""
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()])
+
+    def unflatten(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        chunks = torch.split(flat, self.sizes)
+        return {n: c.view(s) for n, c, s in zip(self.names, chunks, self.shapes, strict=True)}
+
+    def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.module, self.unflatten(flat), (x,))
+
+    def per_sample_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.task == "classification":
+            return F.cross_entropy(out, y, reduction="none")
+        if self.task == "binary_pm1":
+            return torch.clamp_min(1 - y * out, 0)
+        return 0.5 * (out - y) ** 2
+
+    def loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked mean loss over a (padded) minibatch, plus the SVM's l2 term."""
+        per_sample = self.per_sample_loss(self.forward(flat, x), y)
+        value = (per_sample * mask).sum() / mask.sum().clamp_min(1)
+        if self.l2:
+            value = value + self.l2 * (flat[: self.sizes[0]] ** 2).sum()
+        return value
+
+    def predict(self, out: torch.Tensor) -> torch.Tensor:
+        """Predicted labels in the dataset's label space (argmax, or the sign for the SVM)."""
+        if self.task == "classification":
+            return out.argmax(-1)
+        if self.task == "binary_pm1":
+            return torch.where(out >= 0, 1.0, -1.0).to(out.dtype)
+        return out
+
+    def class_index(self, y: torch.Tensor) -> torch.Tensor:
+        """Labels as class indices for per-class counts (-1/+1 -> 0/1; regression -> 0)."""
+        if self.task == "classification":
+            return y.long()
+        if self.task == "binary_pm1":
+            return (y > 0).long()
+        return torch.zeros_like(y, dtype=torch.long)
+
+
+def build_model(name: str, options: dict, input_shape: tuple[int, ...], num_classes: int, task: str,
+                seed: int, device: torch.device) -> tuple[FlatModel, torch.Tensor]:
+    """Build the architecture and its initial flat parameters (initialised from ``seed`` only)."""
+    builder = MODELS.get(name)
+    kwargs = resolve("model", name, builder, options)
+    with torch.random.fork_rng(devices=[]):  # the init stream must not touch (or depend on) global RNG
+        torch.manual_seed(seed)
+        module = builder(tuple(input_shape), num_classes, **kwargs)
+    module = module.to(device)
+    model = FlatModel(module, task)
+    return model, model.flatten()

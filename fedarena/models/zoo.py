@@ -1,0 +1,127 @@
+"""Model zoo: the papers' models, built by name from the dataset's input shape and class count.
+
+Models have no running-state buffers (batch norm uses batch statistics only), so one module can be
+evaluated functionally for many clients' parameters at once (``torch.func.functional_call`` + ``vmap``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fedarena.params import ConfigError
+from fedarena.registry import Registry
+
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+
+
+def _flat_dim(input_shape: tuple[int, ...]) -> int:
+    return int(math.prod(input_shape))
+
+
+def _image_channels(name: str, input_shape: tuple[int, ...]) -> int:
+    if len(input_shape) != 3:
+        raise ConfigError(f"model {name!r} needs image inputs (channels, height, width), got shape {input_shape}")
+    return input_shape[0]
+
+
+@MODELS.register("logreg")
+def logreg(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Multinomial logistic regression (StackOverflow, Synthetic)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(_flat_dim(input_shape), num_classes))
+
+
+class LinearSVM(nn.Module):
+    """Linear SVM: score w.x + b for labels in {-1, +1}; the hinge loss adds ``l2 * ||w||^2`` (Ditto, Vehicle)."""
+
+    def __init__(self, dim: int, l2: float):
+        super().__init__()
+        self.linear = nn.Linear(dim, 1)
+        self.l2 = l2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.flatten(1)).squeeze(-1)
+
+
+@MODELS.register("svm")
+def svm(input_shape: tuple[int, ...], num_classes: int, *, l2: float = 0.01) -> nn.Module:
+    if num_classes != 2:
+        raise ConfigError(f"model 'svm' is binary (labels -1/+1); the dataset has {num_classes} classes")
+    return LinearSVM(_flat_dim(input_shape), l2)
+
+
+@MODELS.register("mlp")
+def mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[int, ...] = (200, 200)) -> nn.Module:
+    """MLP with ReLU; the default (200, 200) gives FedTilt's three linear layers."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = _flat_dim(input_shape)
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    layers.append(nn.Linear(width, num_classes))
+    return nn.Sequential(*layers)
+
+
+def _conv_pool(c_in: int, c_out: int, k: int) -> list[nn.Module]:
+    return [nn.Conv2d(c_in, c_out, k, padding=k // 2), nn.ReLU(), nn.MaxPool2d(2)]
+
+
+@MODELS.register("cnn_fmnist")
+def cnn_fmnist(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Ditto's Fashion-MNIST CNN: conv5x5x32 - maxpool2 - conv5x5x64 - maxpool2 - fc1024 - fc10."""
+    c, h, w = input_shape[0], input_shape[-2], input_shape[-1]
+    _image_channels("cnn_fmnist", input_shape)
+    flat = 64 * (h // 4) * (w // 4)
+    return nn.Sequential(*_conv_pool(c, 32, 5), *_conv_pool(32, 64, 5), nn.Flatten(),
+                         nn.Linear(flat, 1024), nn.ReLU(), nn.Linear(1024, num_classes))
+
+
+@MODELS.register("cnn_femnist")
+def cnn_femnist(input_shape: tuple[int, ...], num_classes: int, *, dropout: float = 0.0) -> nn.Module:
+    """Ditto's FEMNIST CNN: conv5x5x16 - pool - conv5x5x32 - pool - fc128 - fc62 (reference adds dropout)."""
+    c, h, w = _image_channels("cnn_femnist", input_shape), input_shape[1], input_shape[2]
+    flat = 32 * (h // 4) * (w // 4)
+    return nn.Sequential(*_conv_pool(c, 16, 5), *_conv_pool(16, 32, 5), nn.Flatten(),
+                         nn.Linear(flat, 128), nn.ReLU(), nn.Dropout(dropout), nn.Linear(128, num_classes))
+
+
+@MODELS.register("cnn_celeba")
+def cnn_celeba(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """Ditto's CelebA CNN: 4 x [conv3x3x32, batchnorm, maxpool2, relu] - fc (batch statistics only)."""
+    c, h, w = _image_channels("cnn_celeba", input_shape), input_shape[1], input_shape[2]
+    blocks: list[nn.Module] = []
+    for i in range(4):
+        blocks += [nn.Conv2d(c if i == 0 else 32, 32, 3, padding=1),
+                   nn.BatchNorm2d(32, track_running_stats=False), nn.MaxPool2d(2), nn.ReLU()]
+        h, w = h // 2, w // 2
+    return nn.Sequential(*blocks, nn.Flatten(), nn.Linear(32 * h * w, num_classes))
+
+
+@MODELS.register("cnn_cifar")
+def cnn_cifar(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """FedTilt's CIFAR-10 CNN: 3 conv blocks [conv3x3, relu, maxpool2] (32, 64, 64 channels) + FC 512 + FC."""
+    c, h, w = _image_channels("cnn_cifar", input_shape), input_shape[1], input_shape[2]
+    layers: list[nn.Module] = []
+    for c_in, c_out in ((c, 32), (32, 64), (64, 64)):
+        layers += _conv_pool(c_in, c_out, 3)
+        h, w = h // 2, w // 2
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(64 * h * w, 512), nn.ReLU(), nn.Linear(512, num_classes))
+
+
+class MeanEstimator(nn.Module):
+    """A single scalar prediction (Ditto Section 3.3's point estimation): f(x) = w for every input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w.expand(x.shape[0])
+
+
+@MODELS.register("mean")
+def mean(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    return MeanEstimator()

@@ -1,0 +1,61 @@
+"""Hyperparameters of a registered component, read from its signature.
+
+A component (dataset builder, method, attack, aggregator, model) declares its hyperparameters as
+keyword-only arguments with defaults. A config section ``{"name": ..., **params}`` is checked against
+that signature: unknown keys are errors that list the allowed ones, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Invalid experiment settings, reported before any expensive work starts."""
+
+
+def hyperparameters(fn: Callable, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Keyword-only parameters of ``fn`` with their defaults (``inspect.Parameter.empty`` if required)."""
+    sig = inspect.signature(fn)
+    return {
+        name: p.default
+        for name, p in sig.parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in exclude
+    }
+
+
+def resolve(kind: str, name: str, fn: Callable, given: Mapping[str, Any], exclude: tuple[str, ...] = ()) -> dict:
+    """Defaults of ``fn`` overridden by ``given``; unknown or missing keys raise ConfigError."""
+    allowed = hyperparameters(fn, exclude)
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        listing = ", ".join(sorted(allowed)) or "none"
+        raise ConfigError(f"unknown parameter(s) {unknown} for {kind} {name!r}; allowed: {listing}")
+    resolved = {}
+    for key, default in allowed.items():
+        if key in given:
+            resolved[key] = coerce(kind, name, key, given[key], default)
+        elif default is inspect.Parameter.empty:
+            raise ConfigError(f"{kind} {name!r} needs parameter {key!r}")
+        else:
+            resolved[key] = default
+    return resolved
+
+
+def coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
+    """Bring ``value`` to the type of ``default`` where that is unambiguous (int -> float, list -> tuple)."""
+    if default is None or default is inspect.Parameter.empty or value is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{kind} {name!r}: {key} must be true or false, got {value!r}")
+        return value
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(default, tuple) and isinstance(value, list):
+        return tuple(value)
+    if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+        raise ConfigError(f"{kind} {name!r}: {key} must be a number, got {value!r}")
+    return value

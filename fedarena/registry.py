@@ -1,0 +1,69 @@
+"""One registry idiom for every kind of component (datasets, models, methods, aggregators, attacks, suites).
+
+Register with a decorator, get an error on duplicates, and a lookup error that lists what exists:
+
+    AGGREGATORS = Registry("aggregator")
+
+    @AGGREGATORS.register("median")
+    def median(updates, *, weights, losses, f): ...
+
+    AGGREGATORS.get("medain")  # UnknownNameError: unknown aggregator 'medain'; available: krum, median, ...
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class UnknownNameError(KeyError):
+    """A name that is not in a registry. The message lists the available names."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class Registry(Generic[T]):
+    """A name -> object mapping for one kind of component."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def decorator(obj: T) -> T:
+            self.add(name, obj)
+            return obj
+
+        return decorator
+
+    def add(self, name: str, obj: T) -> None:
+        if name in self._entries:
+            raise ValueError(f"duplicate {self.kind} name {name!r}: it is already registered")
+        self._entries[name] = obj
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self.unknown_message(name)) from None
+
+    def unknown_message(self, name: str) -> str:
+        close = difflib.get_close_matches(str(name), self._entries, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown {self.kind} {name!r}{hint}; available: {', '.join(self.names())}"
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,149 @@
+"""The round loop: sample clients -> local training -> model attack -> server rule -> evaluate.
+
+``SimState`` is the whole mutable state of a run (round, global model, per-client state, divergence,
+history); with the trial's config it is all a checkpoint needs, since every random draw is keyed by
+(seed, stream, round, client) rather than by a generator's position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedarena.methods.base import StepContext
+from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
+from fedarena.simulation.evaluate import evaluate
+from fedarena.simulation.metrics import Counts, compute_metrics
+from fedarena.simulation.setup import CORRUPT, SAMPLING, TAMPER, Trial, stream, torch_stream
+
+
+@dataclass
+class SimState:
+    round: int  # rounds completed
+    w: torch.Tensor
+    clients: dict[str, torch.Tensor]
+    diverged_at: int | None = None
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def diverged(self) -> bool:
+        return self.diverged_at is not None
+
+    def state_dict(self) -> dict:
+        return {"round": self.round, "w": self.w.cpu(), "clients": {k: v.cpu() for k, v in self.clients.items()},
+                "diverged_at": self.diverged_at, "history": list(self.history)}
+
+    @classmethod
+    def from_state_dict(cls, data: dict, device: torch.device) -> SimState:
+        return cls(data["round"], data["w"].to(device), {k: v.to(device) for k, v in data["clients"].items()},
+                   data["diverged_at"], list(data["history"]))
+
+
+def initial_state(trial: Trial) -> SimState:
+    w = trial.w0.clone()
+    return SimState(0, w, trial.method.init_clients(w, trial.dataset.num_clients))
+
+
+def sample_clients(trial: Trial, round_idx: int) -> np.ndarray:
+    """Ditto Algorithm 2: without replacement, probability proportional to training sizes (or uniform)."""
+    cfg = trial.cfg
+    rng = stream(cfg.seed, SAMPLING, round_idx)
+    sizes = trial.train.sizes.astype(np.float64)
+    p = sizes / sizes.sum() if cfg.sampling == "proportional" else None
+    return np.sort(rng.choice(len(sizes), size=cfg.clients_per_round, replace=False, p=p))
+
+
+def _round_data(trial: Trial, ids: np.ndarray, round_idx: int) -> Pooled:
+    """The training pool for this round: persistent-outlier attacks corrupt the selected clients' rows."""
+    corrupt = trial.threat.effect.corrupt
+    if corrupt is None:
+        return trial.train
+    return trial.train.with_rows_replaced(ids, corrupt, trial.threat.malicious,
+                                          torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
+
+
+def train_group(trial: Trial, state: SimState, pool: Pooled, group: np.ndarray, round_idx: int):
+    """Local training of one group of clients (all selected ones when batched); returns updates [n, d]."""
+    cfg, method = trial.cfg, trial.method
+    ids = torch.as_tensor(group, device=trial.device)
+    index, mask, active = round_plan(pool, group, cfg.local_steps, cfg.local_epochs, cfg.batch_size,
+                                     cfg.seed, round_idx)
+    val = gather_all(trial.val, group) if method.needs_val else None
+    ctx = StepContext(trial.backend, cfg.lr, state.w, ids, val, trial.threat.strong)
+    local = method.local_init(state.w, state.clients, ids)
+    for s in range(index.shape[0]):
+        local = method.local_step(local, gather(pool, index[s], mask[s], active[s]), ctx)
+    return method.local_result(local, state.w, state.clients, ids)
+
+
+def run_round(trial: Trial, state: SimState) -> SimState:
+    """One round; returns the new state (the per-client tables are updated in place)."""
+    t = state.round
+    ids = sample_clients(trial, t)
+    pool = _round_data(trial, ids, t)
+    updates, clients = [], state.clients
+    for group in trial.backend.groups(ids):
+        upd, clients = train_group(trial, SimState(t, state.w, clients), pool, group, t)
+        updates.append(upd)
+    stacked = torch.cat(updates)
+    stacked = _tamper(trial, stacked, ids, t)
+    losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
+    w_new = trial.method.server_update(state.w, stacked, trial.weights[ids], losses, trial.aggregate)
+    finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, ids, trial.device)
+    if not finite:
+        return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history)
+    return SimState(t + 1, w_new, clients, state.diverged_at, state.history)
+
+
+def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int) -> torch.Tensor:
+    tamper = trial.threat.effect.tamper
+    bad = torch.as_tensor(trial.threat.malicious[ids], device=updates.device)
+    if tamper is None or not bool(bad.any()):
+        return updates
+    return tamper(updates, bad, torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device))
+
+
+def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+    """Each selected client's training loss at the current global model (k-loss, TERM, q-FFL)."""
+    batch = gather_all(trial.train, ids)
+    return trial.backend.loss(w.expand(len(ids), -1), batch)
+
+
+def _rows_finite(clients: dict, ids: np.ndarray, device: torch.device) -> bool:
+    rows = torch.as_tensor(ids, device=device)
+    return all(bool(torch.isfinite(table[rows]).all()) for table in clients.values())
+
+
+def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, float]]:
+    params = trial.method.eval_params(state.w, state.clients)
+    counts = evaluate(trial.model, params, trial.test, trial.dataset.num_classes)
+    return counts, compute_metrics(counts, trial.threat.malicious, state.diverged)
+
+
+def simulate(trial: Trial, state: SimState | None = None,
+             on_round: Callable[[SimState, dict | None], None] | None = None) -> tuple[SimState, Counts]:
+    """Run the remaining rounds; evaluate every ``eval_every`` rounds and after the last one.
+
+    ``on_round(state, metrics_or_None)`` is called after every round (progress bars, checkpoints, Ray).
+    A diverged run stops (``on_divergence=stop``) or goes on without the non-finite update (``continue``).
+    """
+    cfg = trial.cfg
+    state = state or initial_state(trial)
+    counts = None
+    while state.round < cfg.rounds:
+        state = run_round(trial, state)
+        stop = state.diverged and cfg.on_divergence == "stop"
+        metrics = None
+        if state.round % cfg.eval_every == 0 or state.round == cfg.rounds or stop:
+            counts, metrics = evaluate_state(trial, state)
+            state.history.append({"round": state.round, **metrics})
+        if on_round is not None:
+            on_round(state, metrics)
+        if stop:
+            break
+    if counts is None:  # resumed after the last evaluation, or zero rounds left
+        counts, _ = evaluate_state(trial, state)
+    return state, counts

@@ -1,0 +1,74 @@
+"""Evaluate every client in a few large batched calls, into per-client, per-class counts.
+
+One shared model: a chunked forward pass over the pooled test set. One model per client (personal
+models): ``vmap`` over chunks of clients with padded test sets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.func import vmap
+
+from fedarena.models.functional import FlatModel
+from fedarena.simulation.data import Pooled
+from fedarena.simulation.metrics import Counts
+
+EVAL_CHUNK = 4096  # samples per forward pass for one shared model
+EVAL_ELEMENTS = 2**25  # bound on padded input elements per vmap call (personal models)
+
+
+def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, weight: torch.Tensor,
+                num_clients: int, num_classes: int, sums: list[torch.Tensor]) -> None:
+    cls = model.class_index(y)
+    correct = (model.predict(out) == y).to(torch.float64) * weight
+    loss = model.per_sample_loss(out, y).to(torch.float64) * weight
+    flat = owner * num_classes + cls
+    sums[0].index_add_(0, flat, correct)
+    sums[1].index_add_(0, flat, weight)
+    sums[2].index_add_(0, owner, loss)
+
+
+@torch.no_grad()
+def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes: int) -> Counts:
+    """Counts of every client on ``pooled`` (a test or validation split).
+
+    ``params`` is [d] (everyone uses the same model) or [num_clients, d] (client k uses row k).
+    """
+    num_clients, classes = len(pooled.sizes), max(num_classes, 1)
+    dev = pooled.x.device
+    sums = [torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
+            torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
+            torch.zeros(num_clients, dtype=torch.float64, device=dev)]
+    if params.dim() == 1:
+        for start in range(0, len(pooled.y), EVAL_CHUNK):
+            sl = slice(start, start + EVAL_CHUNK)
+            out = model.forward(params, pooled.x[sl])
+            ones = torch.ones_like(pooled.y[sl], dtype=torch.float64)
+            _accumulate(model, out, pooled.y[sl], pooled.owner[sl], ones, num_clients, classes, sums)
+    else:
+        forward = vmap(model.forward, randomness="different")
+        for ids in _client_chunks(pooled):
+            index, real = pooled.padded_index(ids)
+            out = forward(params[torch.as_tensor(ids, device=params.device)], pooled.x[index])
+            owner = torch.as_tensor(ids, device=dev)[:, None].expand_as(index)
+            _accumulate(model, out.flatten(0, 1), pooled.y[index].flatten(), owner.flatten(),
+                        real.to(torch.float64).flatten(), num_clients, classes, sums)
+    correct, total, loss = (s.cpu().numpy() for s in sums)
+    return Counts(correct.reshape(num_clients, classes), total.reshape(num_clients, classes), loss)
+
+
+def _client_chunks(pooled: Pooled) -> list[np.ndarray]:
+    """Consecutive groups of clients whose padded inputs stay under EVAL_ELEMENTS."""
+    per_sample = int(np.prod(pooled.x.shape[1:])) or 1
+    chunks, current, width = [], [], 0
+    for k, size in enumerate(pooled.sizes):
+        new_width = max(width, int(size), 1)
+        if current and new_width * (len(current) + 1) * per_sample > EVAL_ELEMENTS:
+            chunks.append(np.array(current))
+            current, new_width = [], max(int(size), 1)
+        current.append(k)
+        width = new_width
+    if current:
+        chunks.append(np.array(current))
+    return chunks

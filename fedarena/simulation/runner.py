@@ -1,0 +1,73 @@
+"""Run one experiment end to end and package its result (what ``fedarena run`` writes as JSON)."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import fedarena
+from fedarena.config import ExperimentConfig
+from fedarena.simulation.engine import SimState, simulate
+from fedarena.simulation.metrics import client_table
+from fedarena.simulation.setup import Trial, build_trial
+
+
+def code_version() -> dict[str, str]:
+    """Package versions and the git commit of the source tree (``unknown`` outside a checkout)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = "unknown"
+    import numpy
+
+    return {"git_sha": sha, "fedarena": fedarena.__version__, "torch": torch.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version()}
+
+
+def result_record(trial: Trial, state: SimState, counts) -> dict:
+    final = dict(state.history[-1]) if state.history and state.history[-1]["round"] == state.round else None
+    if final is None:
+        from fedarena.simulation.metrics import compute_metrics
+
+        final = {"round": state.round, **compute_metrics(counts, trial.threat.malicious, state.diverged)}
+    final["diverged"] = bool(state.diverged)
+    return {
+        "config": trial.cfg.to_dict(),
+        "config_hash": trial.cfg.hash(),
+        "dataset_fingerprint": trial.dataset.fingerprint,
+        "malicious_clients": [int(k) for k in trial.threat.malicious.nonzero()[0]],
+        "diverged_round": state.diverged_at,
+        "final": final,
+        "history": state.history,
+        "clients": client_table(counts, trial.threat.malicious),
+        "versions": code_version(),
+    }
+
+
+def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None) -> dict:
+    trial = build_trial(cfg)
+    state, counts = simulate(trial, on_round=on_round)
+    return result_record(trial, state, counts)
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; a missing metric (e.g. acc_malicious without attackers) is null
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def write_result(result: dict, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_json_safe(result), indent=2))
