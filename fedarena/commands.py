@@ -2,4 +2,8 @@
 
 from __future__ import annotations
 
-MODULES: list = []
+from fedarena.bench import commands as bench_commands
+from fedarena.datasets import commands as data_commands
+from fedarena.leaderboards import commands as leaderboard_commands
+
+MODULES: list = [bench_commands, data_commands, leaderboard_commands]

@@ -41,8 +41,9 @@ def read_pickle(dataset: str, path: Path, how: str) -> dict:
         with open(path, "rb") as f:
             obj = _ArrayUnpickler(f, encoding="latin1").load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as err:
-        raise corrupt_error(dataset, path, f"not a readable CIFAR pickle ({type(err).__name__}: {err})",
-                            how) from None
+        raise corrupt_error(
+            dataset, path, f"not a readable CIFAR pickle ({type(err).__name__}: {err})", how
+        ) from None
     if not isinstance(obj, dict):
         raise corrupt_error(dataset, path, f"expected a pickled dict, got {type(obj).__name__}", how)
     return obj
@@ -55,9 +56,13 @@ def read_batch(dataset: str, path: Path, how: str) -> tuple[np.ndarray, np.ndarr
         raise corrupt_error(dataset, path, f"keys {sorted(map(str, batch))} lack 'data' and 'labels'", how)
     data, labels = np.asarray(batch["data"]), np.asarray(batch["labels"])
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-        raise corrupt_error(dataset, path, f"data must be uint8 [n, 3072], got {data.dtype} {data.shape}", how)
+        raise corrupt_error(
+            dataset, path, f"data must be uint8 [n, 3072], got {data.dtype} {data.shape}", how
+        )
     if labels.shape != (len(data),) or (len(labels) and (labels.min() < 0 or labels.max() > 9)):
-        raise corrupt_error(dataset, path, f"labels must be {len(data)} ints in 0..9, got {labels.shape}", how)
+        raise corrupt_error(
+            dataset, path, f"labels must be {len(data)} ints in 0..9, got {labels.shape}", how
+        )
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 

@@ -17,10 +17,18 @@ import numpy as np
 
 from fedarena.datasets.storage import corrupt_error
 
-IDX_DTYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
-              0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
-SPLIT_FILES = (("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-               ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"))
+IDX_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+SPLIT_FILES = (
+    ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+)
 
 
 def read_bytes(path: Path) -> bytes:
@@ -45,8 +53,10 @@ def parse_idx(raw: bytes) -> np.ndarray:
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     expected = header + math.prod(dims) * dtype.itemsize
     if len(raw) != expected:
-        raise ValueError(f"size mismatch: header says {dims} ({expected} bytes), file has {len(raw)} bytes "
-                         "(truncated or wrong file)")
+        raise ValueError(
+            f"size mismatch: header says {dims} ({expected} bytes), file has {len(raw)} bytes "
+            "(truncated or wrong file)"
+        )
     return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims).astype(dtype.newbyteorder("="))
 
 
@@ -65,12 +75,16 @@ def read_idx_file(dataset: str, path: Path, how: str) -> np.ndarray:
         raise corrupt_error(dataset, path, str(err), how) from None
 
 
-def load_split(dataset: str, folder: Path, images: str, labels: str, how: str) -> tuple[np.ndarray, np.ndarray]:
+def load_split(
+    dataset: str, folder: Path, images: str, labels: str, how: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(images uint8 [n, 28, 28], labels int64 [n]) of one split, with shape and label checks."""
     paths = [locate(folder, images), locate(folder, labels)]
     x, y = (read_idx_file(dataset, p, how) for p in paths)
     if x.ndim != 3 or x.dtype != np.uint8:
-        raise corrupt_error(dataset, paths[0], f"expected uint8 images [n, h, w], got {x.dtype} {x.shape}", how)
+        raise corrupt_error(
+            dataset, paths[0], f"expected uint8 images [n, h, w], got {x.dtype} {x.shape}", how
+        )
     if y.ndim != 1 or len(y) != len(x):
         raise corrupt_error(dataset, paths[1], f"expected {len(x)} labels, got shape {y.shape}", how)
     if len(y) and (y.min() < 0 or y.max() > 9):

@@ -75,14 +75,26 @@ def k_classes(
     owned = demand > 0
     demand = np.floor(demand * np.minimum(1.0, supply / np.maximum(demand.sum(0), 1))).astype(np.int64)
     demand[owned] = np.maximum(demand[owned], 1)  # every client keeps at least one sample of each own class
-    if np.any(demand.sum(0) > supply):
-        raise ConfigError(f"k_classes: too few samples per class for {num_clients} clients")
+    for ci in np.flatnonzero(demand.sum(0) > supply):
+        demand[:, ci] = _trim_to_supply(demand[:, ci], int(supply[ci]), num_clients)
     parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
     for ci, c in enumerate(classes):
         pool = rng.permutation(np.flatnonzero(labels == c))
         for k, chunk in enumerate(np.split(pool[: demand[:, ci].sum()], np.cumsum(demand[:, ci])[:-1])):
             parts[k].append(chunk)
     return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def _trim_to_supply(column: np.ndarray, supply: int, num_clients: int) -> np.ndarray:
+    """Take the excess of one class (left by raising shares to 1) from its largest shares, keeping each >= 1."""
+    owners = int((column > 0).sum())
+    if owners > supply:
+        raise ConfigError(f"k_classes: a class has {supply} samples but {owners} of the {num_clients} clients hold it")
+    column = column.copy()
+    while column.sum() > supply:
+        top = np.argsort(-column)[: int(column.sum() - supply)]
+        column[top] -= np.minimum(column[top] - 1, 1)
+    return column
 
 
 def _class_demand(

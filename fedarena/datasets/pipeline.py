@@ -93,5 +93,6 @@ def assemble(
     x = load_x(order)
     y = torch.as_tensor(np.asarray(labels)[order])
     source = f"{source}|partition={fingerprint('', parts)}"
-    return from_partition(dataset, x, y, local, rng, num_classes=num_classes, source=source, task=task,
-                          meta=meta)
+    return from_partition(
+        dataset, x, y, local, rng, num_classes=num_classes, source=source, task=task, meta=meta
+    )

@@ -35,7 +35,7 @@ class DataFetchError(DataError):
 
 
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data directory: ``data_dir`` > $FEDARENA_DATA_DIR > $XDG_CACHE_HOME/fedarena > ~/.cache/fedarena."""
+    """``data_dir``, else $FEDARENA_DATA_DIR, else $XDG_CACHE_HOME/fedarena, else ~/.cache/fedarena."""
     if data_dir:
         return Path(data_dir).expanduser()
     if os.environ.get(ENV_VAR):
@@ -46,8 +46,9 @@ def data_root(data_dir: str | os.PathLike | None = None) -> Path:
 
 def fetch_hint(dataset: str) -> str:
     return (
-        f"run `fedarena data fetch {dataset}` (add --data-dir DIR, or set ${ENV_VAR}, to use another "
-        f"directory) and `fedarena data info {dataset}` to see what is present"
+        f"`fedarena data fetch {dataset}` downloads what can be downloaded (else it prints these steps); "
+        f"`fedarena data info {dataset}` lists what is present. The data directory is the dataset option "
+        f"data_dir (CLI: --data-dir), else ${ENV_VAR}, else $XDG_CACHE_HOME/fedarena or ~/.cache/fedarena"
     )
 
 
@@ -56,7 +57,7 @@ def missing_error(dataset: str, root: Path, missing: Iterable[str], how: str) ->
     listing = "\n".join(f"  - {root / m}" for m in missing)
     return DataNotFoundError(
         f"dataset {dataset!r}: files not found in the data directory {root}:\n{listing}\n"
-        f"To get them: {how}\nThen check with: {fetch_hint(dataset)}."
+        f"To get them: {how}.\nCommands: {fetch_hint(dataset)}."
     )
 
 
@@ -64,7 +65,7 @@ def corrupt_error(dataset: str, path: Path, problem: str, how: str) -> DataCorru
     """DataCorruptError naming the dataset, the damaged file, what is wrong and how to replace it."""
     return DataCorruptError(
         f"dataset {dataset!r}: file {path} is unusable: {problem}.\n"
-        f"Delete it and get it again: {how}\nThen check with: {fetch_hint(dataset)}."
+        f"Delete it and get it again: {how}.\nCommands: {fetch_hint(dataset)}."
     )
 
 
@@ -73,7 +74,9 @@ def file_signature(paths: Iterable[Path], root: Path) -> list[tuple[str, int, in
     rows = []
     for p in paths:
         st = p.stat()
-        rows.append((str(p.relative_to(root)) if p.is_relative_to(root) else str(p), st.st_size, st.st_mtime_ns))
+        rows.append(
+            (str(p.relative_to(root)) if p.is_relative_to(root) else str(p), st.st_size, st.st_mtime_ns)
+        )
     return sorted(rows)
 
 

@@ -15,62 +15,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torchvision import datasets as tvd
 
 from fedarena.datasets import cifar, idx
 from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.offline import standardize
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import MISSING, FileStatus, Source, check_file, register_source, require
+from fedarena.datasets.sources import Source, require
 from fedarena.datasets.storage import data_root, size_digest
+from fedarena.datasets.torchvision_files import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}
 FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
-
-
-def mnist_layout_source(cls: type) -> Source:
-    """torchvision's MNIST-style layout ``<cls name>/raw/`` with the published .gz checksums."""
-    folder = f"{cls.__name__}/raw"
-
-    def check(root: Path, verify: bool) -> list[FileStatus]:
-        rows = []
-        for gz, md5 in cls.resources:
-            plain = gz.removesuffix(".gz")
-            if (root / folder / gz).is_file():
-                rows.append(check_file(root, f"{folder}/{gz}", md5, verify))
-            elif (root / folder / plain).is_file():
-                rows.append(check_file(root, f"{folder}/{plain}", None, verify))
-            else:
-                rows.append(FileStatus(f"{folder}/{gz}", MISSING))
-        return rows
-
-    names = ", ".join(gz for gz, _ in cls.resources)
-    how = (f"`fedarena data fetch` downloads them with torchvision.datasets.{cls.__name__} from "
-           f"{' or '.join(cls.mirrors)} and verifies their md5 checksums; offline, download {names} from "
-           f"there on another machine and copy them into {folder}/ of the data directory (gzipped as "
-           "published, or unpacked)")
-    return Source(cls.__name__, how, check, urls=tuple(cls.mirrors),
-                  download=lambda root: cls(str(root), train=True, download=True))
-
-
-def cifar_source() -> Source:
-    expected = [*tvd.CIFAR10.train_list, *tvd.CIFAR10.test_list,
-                [tvd.CIFAR10.meta["filename"], tvd.CIFAR10.meta["md5"]]]
-
-    def check(root: Path, verify: bool) -> list[FileStatus]:
-        return [check_file(root, f"{cifar.FOLDER}/{name}", md5, verify) for name, md5 in expected]
-
-    how = (f"`fedarena data fetch` downloads {tvd.CIFAR10.url} (md5 {tvd.CIFAR10.tgz_md5}) with "
-           f"torchvision.datasets.CIFAR10 and unpacks it; offline, download that archive on another machine "
-           f"and unpack it in the data directory (it creates {cifar.FOLDER}/)")
-    return Source("CIFAR-10", how, check, urls=(tvd.CIFAR10.url,),
-                  download=lambda root: tvd.CIFAR10(str(root), train=True, download=True))
-
-
-FMNIST_SOURCE = register_source(mnist_layout_source(tvd.FashionMNIST), "fmnist", "fmnist_fedtilt")
-MNIST_SOURCE = register_source(mnist_layout_source(tvd.MNIST), "mnist")
-CIFAR_SOURCE = register_source(cifar_source(), "cifar10")
 
 
 def load_idx_pool(dataset: str, root: Path, source: Source) -> tuple[np.ndarray, np.ndarray, list[Path]]:
@@ -91,17 +47,46 @@ def load_cifar_pool(dataset: str, root: Path) -> tuple[np.ndarray, np.ndarray, l
     return (x - mean) / std, y, files
 
 
-def build_pooled(dataset: str, rng: np.random.Generator, root: Path, pool: tuple, *, num_clients: int,
-                 partition: str, options: dict, max_samples: int | None) -> FederatedDataset:
+def build_pooled(
+    dataset: str,
+    rng: np.random.Generator,
+    root: Path,
+    pool: tuple,
+    *,
+    num_clients: int,
+    partition: str,
+    options: dict,
+    max_samples: int | None,
+) -> FederatedDataset:
     """Partition a pooled (x, y, files) source with the partition cache, then split every client."""
     x, y, files = pool
     token, part_rng, split_rng = seed_streams(rng)
-    parts = partition_pool(dataset, y, num_clients, partition, options, token=token, rng=part_rng,
-                           root=root, files=files, max_samples=max_samples)
-    source = f"{dataset}|files={size_digest(files, root)}|{partition}|{sorted(options.items())}|max={max_samples}"
+    parts = partition_pool(
+        dataset,
+        y,
+        num_clients,
+        partition,
+        options,
+        token=token,
+        rng=part_rng,
+        root=root,
+        files=files,
+        max_samples=max_samples,
+    )
+    source = (
+        f"{dataset}|files={size_digest(files, root)}|{partition}|{sorted(options.items())}|max={max_samples}"
+    )
     meta = {"partition": partition, **options, "max_samples": max_samples}
-    return assemble(dataset, parts, lambda order: torch.from_numpy(x[order]), y, split_rng, num_classes=10,
-                    source=source, meta=meta)
+    return assemble(
+        dataset,
+        parts,
+        lambda order: torch.from_numpy(x[order]),
+        y,
+        split_rng,
+        num_classes=10,
+        source=source,
+        meta=meta,
+    )
 
 
 def _options(partition: str, defaults: dict, given: dict | None) -> dict:
@@ -110,44 +95,96 @@ def _options(partition: str, defaults: dict, given: dict | None) -> dict:
 
 
 @register_dataset("fmnist", model="cnn_fmnist")
-def fmnist(rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 500,
-           partition: str = "k_classes", partition_options: dict | None = None,
-           max_samples: int | None = None) -> FederatedDataset:
+def fmnist(
+    rng: np.random.Generator,
+    *,
+    data_dir: str | None = None,
+    num_clients: int = 500,
+    partition: str = "k_classes",
+    partition_options: dict | None = None,
+    max_samples: int | None = None,
+) -> FederatedDataset:
     """Fashion-MNIST with Ditto's partition (500 devices, 5 classes each, lognormal sizes), [1, 28, 28]."""
     root = data_root(data_dir)
-    return build_pooled("fmnist", rng, root, load_idx_pool("fmnist", root, FMNIST_SOURCE),
-                        num_clients=num_clients, partition=partition,
-                        options=_options(partition, DITTO_FMNIST, partition_options), max_samples=max_samples)
+    return build_pooled(
+        "fmnist",
+        rng,
+        root,
+        load_idx_pool("fmnist", root, FMNIST_SOURCE),
+        num_clients=num_clients,
+        partition=partition,
+        options=_options(partition, DITTO_FMNIST, partition_options),
+        max_samples=max_samples,
+    )
 
 
 @register_dataset("fmnist_fedtilt", model="mlp")
-def fmnist_fedtilt(rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 100,
-                   partition: str = "k_classes", partition_options: dict | None = None,
-                   max_samples: int | None = None) -> FederatedDataset:
+def fmnist_fedtilt(
+    rng: np.random.Generator,
+    *,
+    data_dir: str | None = None,
+    num_clients: int = 100,
+    partition: str = "k_classes",
+    partition_options: dict | None = None,
+    max_samples: int | None = None,
+) -> FederatedDataset:
     """Fashion-MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28]."""
     root = data_root(data_dir)
-    return build_pooled("fmnist_fedtilt", rng, root, load_idx_pool("fmnist_fedtilt", root, FMNIST_SOURCE),
-                        num_clients=num_clients, partition=partition,
-                        options=_options(partition, FEDTILT, partition_options), max_samples=max_samples)
+    return build_pooled(
+        "fmnist_fedtilt",
+        rng,
+        root,
+        load_idx_pool("fmnist_fedtilt", root, FMNIST_SOURCE),
+        num_clients=num_clients,
+        partition=partition,
+        options=_options(partition, FEDTILT, partition_options),
+        max_samples=max_samples,
+    )
 
 
 @register_dataset("mnist", model="mlp")
-def mnist(rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 100,
-          partition: str = "k_classes", partition_options: dict | None = None,
-          max_samples: int | None = None) -> FederatedDataset:
+def mnist(
+    rng: np.random.Generator,
+    *,
+    data_dir: str | None = None,
+    num_clients: int = 100,
+    partition: str = "k_classes",
+    partition_options: dict | None = None,
+    max_samples: int | None = None,
+) -> FederatedDataset:
     """MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28]."""
     root = data_root(data_dir)
-    return build_pooled("mnist", rng, root, load_idx_pool("mnist", root, MNIST_SOURCE),
-                        num_clients=num_clients, partition=partition,
-                        options=_options(partition, FEDTILT, partition_options), max_samples=max_samples)
+    return build_pooled(
+        "mnist",
+        rng,
+        root,
+        load_idx_pool("mnist", root, MNIST_SOURCE),
+        num_clients=num_clients,
+        partition=partition,
+        options=_options(partition, FEDTILT, partition_options),
+        max_samples=max_samples,
+    )
 
 
 @register_dataset("cifar10", model="cnn_cifar")
-def cifar10(rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 100,
-            partition: str = "k_classes", partition_options: dict | None = None,
-            max_samples: int | None = None) -> FederatedDataset:
+def cifar10(
+    rng: np.random.Generator,
+    *,
+    data_dir: str | None = None,
+    num_clients: int = 100,
+    partition: str = "k_classes",
+    partition_options: dict | None = None,
+    max_samples: int | None = None,
+) -> FederatedDataset:
     """CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32]."""
     root = data_root(data_dir)
-    return build_pooled("cifar10", rng, root, load_cifar_pool("cifar10", root),
-                        num_clients=num_clients, partition=partition,
-                        options=_options(partition, FEDTILT, partition_options), max_samples=max_samples)
+    return build_pooled(
+        "cifar10",
+        rng,
+        root,
+        load_cifar_pool("cifar10", root),
+        num_clients=num_clients,
+        partition=partition,
+        options=_options(partition, FEDTILT, partition_options),
+        max_samples=max_samples,
+    )

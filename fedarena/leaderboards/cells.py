@@ -48,7 +48,11 @@ SCALES = ("smoke", "quick", "paper")  # from the least to the most thorough
 def normalize(runs: pd.DataFrame) -> pd.DataFrame:
     """Position columns typed and filled: labels fall back to the params, ``level`` is a float."""
     out = runs.copy()
-    fallbacks = {"dataset_label": "dataset.name", "method_label": "method.name", "attack_label": "attack.name"}
+    fallbacks = {
+        "dataset_label": "dataset.name",
+        "method_label": "method.name",
+        "attack_label": "attack.name",
+    }
     for label, param in fallbacks.items():
         if label not in out:
             out[label] = out[param] if param in out else np.nan
@@ -116,14 +120,32 @@ def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> float:
     return float(quantile * values.std(ddof=1) / np.sqrt(n))
 
 
+def data_groups(group: pd.DataFrame) -> pd.Series:
+    """Which runs must have seen the same data: those with one fixed ``data_seed``, or, where the
+    config leaves ``data_seed`` unset (the partition then follows ``seed``), those with one seed.
+    A frame without a ``data_seed`` column puts every run in one group."""
+    if "data_seed" not in group:
+        return pd.Series("all", index=group.index)
+    fixed = group["data_seed"].astype(str)
+    unset = fixed.isin(("None", "nan", "null", ""))
+    return fixed.where(~unset, "seed " + group["seed"].astype(str))
+
+
 def conflicts(group: pd.DataFrame, keys: tuple[str, ...] = tuple(PROVENANCE)) -> str:
-    """Empty when the runs are comparable, else which provenance values disagree."""
+    """Empty when the runs are comparable, else which provenance values disagree.
+
+    Code versions and configs must be equal across all runs of a cell; data fingerprints across the
+    runs that should have seen the same data (:func:`data_groups`).
+    """
     parts = []
     for key in keys:
         if key not in group:
             continue
         values = sorted(str(v) for v in group[key].dropna().unique())
-        if len(values) > 1:
+        disagree = len(values) > 1
+        if disagree and key == "dataset_fingerprint":
+            disagree = bool((group.groupby(data_groups(group))[key].nunique() > 1).any())
+        if disagree:
             parts.append(f"{PROVENANCE.get(key, key)} {', '.join(v[:12] for v in values)}")
     return "; ".join(parts)
 
@@ -135,25 +157,25 @@ def aggregate(
     confidence: float = 0.95,
     provenance: tuple[str, ...] = tuple(PROVENANCE),
 ) -> pd.DataFrame:
-    """One row per position: mean over seeds of every metric (and ``<metric>_ci`` when ``ci``).
+    """One row per position: mean over seeds of every metric (and ``<metric>_ci`` when ``ci``);
+    a metric no run logged is NaN.
 
     Columns added: ``n_seeds``, ``diverged`` (any seed diverged), ``mixed`` (runs incomparable; metric
     values are then NaN) and ``note`` (what disagrees). ``runs`` must be normalized finished runs.
     """
-    metrics = [m for m in METRICS if m in runs]
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
         row = dict(zip(POSITION, key, strict=True))
         note = conflicts(group, provenance)
         row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note)
-        for metric in metrics:
-            values = group[metric].to_numpy(dtype=float)
+        for metric in METRICS:
+            values = group[metric].to_numpy(dtype=float) if metric in group else np.full(len(group), np.nan)
             row[metric] = np.nan if note else _mean(values)
             if ci:
                 row[f"{metric}_ci"] = np.nan if note else t_halfwidth(values, confidence)
         rows.append(row)
-    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", *metrics]
-    columns += [f"{m}_ci" for m in metrics] if ci else []
+    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", *METRICS]
+    columns += [f"{m}_ci" for m in METRICS] if ci else []
     return pd.DataFrame(rows, columns=columns)
 
 

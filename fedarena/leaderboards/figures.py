@@ -12,6 +12,7 @@ The ``*_data`` functions are pure selections on the aggregated cells; the plotti
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -22,10 +23,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedarena.leaderboards.cells import POSITION  # noqa: E402
-from fedarena.leaderboards.tables import label, sort_key  # noqa: E402
+from fedarena.leaderboards.tables import label, setting_label, sort_key  # noqa: E402
 
 ROBUST = ("median", "krum", "multi_krum", "clipping", "k_norm", "k_loss", "fedmgda_plus")
 FIGURE_METHODS = ("global", *ROBUST, "ditto")
+
+
+def palette(methods) -> dict:
+    """One distinct colour per method, in paper order, so a method looks the same in every figure."""
+    ordered = sorted(set(methods), key=lambda m: sort_key("method_label", m))
+    cmap = plt.get_cmap("tab10" if len(ordered) <= 10 else "tab20")
+    return {m: cmap(i % cmap.N) for i, m in enumerate(ordered)}
 
 
 def _ordered(frame: pd.DataFrame, key: str) -> list:
@@ -53,10 +61,13 @@ def figure5_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
     return data[data["attack_label"] == attack]
 
 
-def plot_figure3(data: pd.DataFrame, title: str, path: Path) -> Path:
+def plot_figure3(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
+    colors = colors or palette(data["method_label"])
     attacks = _ordered(data, "attack_label")
     methods = _ordered(data, "method_label")
-    fig, axes = plt.subplots(1, len(attacks), figsize=(4.5 * len(attacks), 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(attacks), figsize=(4.5 * len(attacks), 4), squeeze=False, sharey=True, layout="constrained"
+    )
     width = 0.8 / len(methods)
     for ax, attack in zip(axes[0], attacks, strict=True):
         part = data[data["attack_label"] == attack]
@@ -64,24 +75,28 @@ def plot_figure3(data: pd.DataFrame, title: str, path: Path) -> Path:
         for i, method in enumerate(methods):
             rows = part[part["method_label"] == method].set_index("level").reindex(levels)
             err = rows["acc_pooled_ci"].to_numpy() if "acc_pooled_ci" in rows else None
-            ax.bar(np.arange(len(levels)) + i * width, rows["acc_pooled"].to_numpy(), width, yerr=err, label=method)
+            xs = np.arange(len(levels)) + i * width
+            ax.bar(xs, rows["acc_pooled"].to_numpy(), width, yerr=err, label=method, color=colors[method])
         ax.set_xticks(np.arange(len(levels)) + 0.4 - width / 2, [label("level", lv) for lv in levels])
         ax.set_title(label("attack_label", attack))
         ax.set_xlabel("fraction of adversaries")
     axes[0][0].set_ylabel("benign test accuracy")
-    axes[0][-1].legend(fontsize="small")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=len(methods))
     return _save(fig, title, path)
 
 
-def plot_figure5(data: pd.DataFrame, title: str, path: Path) -> Path:
+def plot_figure5(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
+    colors = colors or palette(data["method_label"])
     levels = _ordered(data, "level")
-    fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False, layout="constrained"
+    )
     for ax, level in zip(axes[0], levels, strict=True):
         part = data[data["level"] == level]
-        ax.scatter(part["acc_pooled"], part["acc_std"])
+        ax.scatter(part["acc_pooled"], part["acc_std"], c=[colors[m] for m in part["method_label"]])
         for row in part.itertuples(index=False):
             ax.annotate(row.method_label, (row.acc_pooled, row.acc_std), fontsize="small")
-        ax.set_title(f"{label('attack_label', part['attack_label'].iloc[0])} {label('level', level)}")
+        ax.set_title(setting_label(part["attack_label"].iloc[0], level))
         ax.set_xlabel("benign test accuracy")
         ax.set_ylabel("std across benign devices")
     return _save(fig, title, path)
@@ -94,48 +109,64 @@ def curves_data(runs: pd.DataFrame, history: pd.DataFrame, dataset: str) -> pd.D
     return merged.groupby([*POSITION, "step"], as_index=False)["value"].mean()
 
 
-def plot_curves(data: pd.DataFrame, title: str, path: Path) -> Path:
+def plot_curves(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
+    colors = colors or palette(data["method_label"])
     settings = sorted(
         {(a, lv) for a, lv in zip(data["attack_label"], data["level"], strict=True)},
         key=lambda s: (sort_key("attack_label", s[0]), s[1]),
     )
     ncols = min(4, len(settings))
     nrows = -(-len(settings) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4 * ncols, 3.2 * nrows), squeeze=False, sharey=True)
+    size = (4 * ncols, 3.2 * nrows + 0.6)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, sharey=True, layout="constrained")
     for ax, (attack, level) in zip(axes.flat, settings, strict=False):
         part = data[(data["attack_label"] == attack) & (data["level"] == level)]
         for method in _ordered(part, "method_label"):
             line = part[part["method_label"] == method].sort_values("step")
-            ax.plot(line["step"], line["value"], label=method)
-        ax.set_title(label("attack_label", attack) + ("" if attack == "clean" else f" {label('level', level)}"))
+            ax.plot(line["step"], line["value"], label=method, color=colors[method])
+        ax.set_title(setting_label(attack, level))
         ax.set_xlabel("round")
     for ax in list(axes.flat)[len(settings) :]:
         ax.set_visible(False)
     axes[0][0].set_ylabel("benign test accuracy")
-    axes[0][0].legend(fontsize="small")
+    handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+    ordered = sorted(handles, key=lambda m: sort_key("method_label", m))
+    fig.legend([handles[m] for m in ordered], ordered, loc="outside lower center", ncols=min(8, len(ordered)))
     return _save(fig, title, path)
 
 
 def _save(fig, title: str, path: Path) -> Path:
     fig.suptitle(title)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def write_figures(cells: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, out_dir: Path) -> list[Path]:
+def write_figures(
+    cells: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, out_dir: Path
+) -> list[Path]:
     """Every figure that has data, per dataset: figure3_<ds>.png, figure5_<ds>.png, curves_<ds>.png."""
+    colors = palette(cells["method_label"])
     paths = []
     for dataset in _ordered(cells, "dataset_label"):
-        fig3 = figure3_data(cells, dataset)
-        if not fig3.empty:
-            paths.append(plot_figure3(fig3, f"Robustness on {dataset} (Ditto Figure 3)", out_dir / f"figure3_{dataset}.png"))
-        fig5 = figure5_data(cells, dataset)
-        if not fig5.empty:
-            paths.append(plot_figure5(fig5, f"Accuracy vs fairness on {dataset} (Ditto Figure 5)", out_dir / f"figure5_{dataset}.png"))
-        curves = curves_data(runs, history, dataset)
-        if not curves.empty:
-            paths.append(plot_curves(curves, f"Learning curves on {dataset}", out_dir / f"curves_{dataset}.png"))
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", str(dataset))
+        jobs = [
+            (
+                plot_figure3,
+                figure3_data(cells, dataset),
+                f"Robustness on {dataset} (Ditto Figure 3)",
+                "figure3",
+            ),
+            (
+                plot_figure5,
+                figure5_data(cells, dataset),
+                f"Accuracy vs fairness on {dataset} (Ditto Figure 5)",
+                "figure5",
+            ),
+            (plot_curves, curves_data(runs, history, dataset), f"Learning curves on {dataset}", "curves"),
+        ]
+        for plot, data, title, kind in jobs:
+            if not data.empty:
+                paths.append(plot(data, title, out_dir / f"{kind}_{stem}.png", colors))
     return paths

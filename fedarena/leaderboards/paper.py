@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedarena.leaderboards.tables import Block, Cell, Table, label, sort_key
+from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
 
 METHOD_ALIASES = {"plain_finetuning": "finetuning", "per_fedavg_hf": "per_fedavg"}
 PAPER_METRICS = {
@@ -55,7 +55,9 @@ def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:
             rows.append(part.dropna(subset=["paper_value"]))
     long = pd.concat(rows, ignore_index=True)
     group = ["paper", *KEYS, "metric", "paper_value"]
-    tables = long.groupby(group, dropna=False, sort=False)["table"].agg(lambda t: ", ".join(map(str, sorted(set(t)))))
+    tables = long.groupby(group, dropna=False, sort=False)["table"].agg(
+        lambda t: ", ".join(map(str, sorted(set(t))))
+    )
     return tables.rename("tables").reset_index()
 
 
@@ -94,9 +96,7 @@ def _number(value: float, digits: int, signed: bool = False) -> str:
 
 def _view_row(row) -> list[Cell]:
     digits = DIGITS[row.paper]
-    setting = label("attack_label", row.attack_label)
-    if row.attack_label != "clean":
-        setting += f" {label('level', row.level)}"
+    setting = setting_label(row.attack_label, row.level)
     ours = "mixed" if row.mixed else _number(row.ours, digits)
     texts = [row.dataset_label, row.method_label, setting, row.metric, row.tables,
              _number(row.paper_value, digits), ours, _number(row.diff, digits, signed=True), str(row.n_seeds)]  # fmt: skip

@@ -9,13 +9,16 @@ and per-round metrics (the latest value is the final one). Everything goes throu
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pandas as pd
-from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
 
 from fedarena.params import ConfigError
+
+if TYPE_CHECKING:  # mlflow is imported when a store is read, not when the package is imported
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
 
 PAGE = 1000
 
@@ -44,7 +47,11 @@ def client_for(tracking_uri: str, suite: str) -> MlflowClient:
     """A client on an existing store; reading never creates an empty store as a side effect."""
     path = local_store_path(tracking_uri)
     if path is not None and not path.exists():
-        raise LeaderboardError(f"no MLflow tracking store at {tracking_uri} ({path} does not exist); {fill_hint(suite)}")
+        raise LeaderboardError(
+            f"no MLflow tracking store at {tracking_uri} ({path} does not exist); {fill_hint(suite)}"
+        )
+    from mlflow.tracking import MlflowClient
+
     return MlflowClient(tracking_uri=tracking_uri)
 
 
@@ -105,6 +112,8 @@ def read_runs(tracking_uri: str, suite: str) -> pd.DataFrame:
 
 def read_histories(tracking_uri: str, run_ids: list[str], metric: str = "acc_pooled") -> pd.DataFrame:
     """Per-round values of ``metric`` (step = round) for the given runs: run_id, step, value."""
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient(tracking_uri=tracking_uri)
     rows = [
         (run_id, m.step, m.value) for run_id in run_ids for m in client.get_metric_history(run_id, metric)

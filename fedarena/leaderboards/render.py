@@ -152,7 +152,11 @@ def _html_block(block: Block) -> list[str]:
 
 def to_html(table: Table) -> str:
     style = "table{border-collapse:collapse;margin:1em 0}th,td{padding:2px 8px;text-align:center}"
-    lines = ["<!DOCTYPE html>", '<html><head><meta charset="utf-8">', f"<title>{html.escape(table.title)}</title>"]
+    lines = [
+        "<!DOCTYPE html>",
+        '<html><head><meta charset="utf-8">',
+        f"<title>{html.escape(table.title)}</title>",
+    ]
     lines += [f"<style>{style}</style></head><body>", f"<h2>{html.escape(table.title)}</h2>"]
     for block in table.blocks:
         lines += _html_block(block)

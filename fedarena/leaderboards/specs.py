@@ -14,14 +14,13 @@ per-device accuracies over benign devices), each averaged over the seeds of a ce
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION
-from fedarena.leaderboards.tables import MISSING, Table, label, pivot
+from fedarena.leaderboards.tables import MISSING, Table, label, pivot, setting_label
 
 DITTO_ATTACKS = ("clean", "a1", "a2", "a3")
 PERSONALIZED = ("finetuning", "l2sgd", "ewc", "skl", "per_fedavg", "mapper", "apfl")
@@ -100,7 +99,8 @@ def select(cells: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
         keep &= cells["attack_label"].isin(spec.attacks)
     if spec.settings is not None:
         pairs = {(a, round(float(lv), 6)) for a, lv in spec.settings}
-        keep &= [(a, lv) in pairs for a, lv in zip(cells["attack_label"], cells["level"], strict=True)]
+        pos = zip(cells["attack_label"], cells["level"], strict=True)
+        keep &= pd.Series([(a, lv) in pairs for a, lv in pos], index=cells.index, dtype=bool)
     return cells[keep]
 
 
@@ -138,7 +138,9 @@ def _metric_rows(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
                 text = f"{100 * value:.2f}" + (f"±{100 * ci:.2f}" if np.isfinite(ci) else "")
                 text += "†" if row.diverged else ""
                 score = value if HIGHER_IS_BETTER[metric] else -value
-            rows.append({**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score})
+            rows.append(
+                {**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score}
+            )
     return pd.DataFrame(rows)
 
 
@@ -148,7 +150,9 @@ def display_frame(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
         frame = _metric_rows(selected, spec)
     else:
         frame = selected.copy()
-        texts, scores = zip(*(_mean_std(r, spec.value) for r in selected.itertuples(index=False)), strict=True)
+        texts, scores = zip(
+            *(_mean_std(r, spec.value) for r in selected.itertuples(index=False)), strict=True
+        )
         frame["text"], frame["score"] = list(texts), list(scores)
     if spec.bold is None:
         frame["score"] = np.nan
@@ -195,6 +199,6 @@ def table_notes(selected: pd.DataFrame, spec: TableSpec) -> list[str]:
     if selected["diverged"].any():
         notes.append("†: at least one seed diverged.")
     for row in selected[selected["mixed"]].itertuples(index=False):
-        where = " / ".join(label(k, getattr(row, k)) for k in POSITION)
+        where = f"{row.dataset_label} / {row.method_label} / {setting_label(row.attack_label, row.level)}"
         notes.append(f"mixed at {where}: runs not averaged, they differ in {row.note}.")
     return notes

@@ -16,7 +16,16 @@ import pandas as pd
 
 MISSING = "–"
 
-DATASET_ORDER = ("fmnist", "femnist", "femnist_skewed", "celeba", "vehicle", "stackoverflow", "mnist", "cifar10")
+DATASET_ORDER = (
+    "fmnist",
+    "femnist",
+    "femnist_skewed",
+    "celeba",
+    "vehicle",
+    "stackoverflow",
+    "mnist",
+    "cifar10",
+)
 ATTACK_ORDER = ("clean", "a1", "a2", "a3", "persistent_random_corruption", "persistent_gaussian_noise")
 METHOD_ORDER = (
     "global", "fedavg", "local", "fair_term_t1", "finetuning", "l2sgd", "ewc", "skl", "per_fedavg",
@@ -84,6 +93,12 @@ def label(key: str, value) -> str:
     return str(value)
 
 
+def setting_label(attack: str, level: float) -> str:
+    """'clean', or the attack with its level: 'A1 50%'."""
+    text = label("attack_label", attack)
+    return text if attack == "clean" else f"{text} {label('level', level)}"
+
+
 def column_labels(keys: tuple[str, ...], values: tuple) -> tuple[str, str]:
     """(group, sub) header labels of one column; a clean column has no level."""
     texts = {k: label(k, v) for k, v in zip(keys, values, strict=True)}
@@ -132,7 +147,7 @@ def _block(part, row_key, column_by, row_order, stub_label, column_order) -> Blo
     else:
         rows = [r for r in row_order if r in present]
     by_pos = {(getattr(r, row_key), tuple(getattr(r, k) for k in column_by)): r for r in part.itertuples()}
-    bold = _bold(by_pos, columns)
+    bold = _bold(by_pos)
     body = []
     for row in rows:
         cells = [Cell(label(row_key, row))]
@@ -144,7 +159,8 @@ def _block(part, row_key, column_by, row_order, stub_label, column_order) -> Blo
     return Block(header=[stub_label] + [s for _, s in heads], rows=body, groups=_spans([g for g, _ in heads]))
 
 
-def _bold(by_pos: dict, columns: list[tuple]) -> set:
+def _bold(by_pos: dict) -> set:
+    """Positions with the highest finite score of their column."""
     best: dict[tuple, float] = {}
     for (_, col), r in by_pos.items():
         if np.isfinite(r.score):

@@ -34,6 +34,16 @@ class StepContext:
     strong_attack: bool  # Ditto D.2's "strong attack" (dynamic lambda candidates)
 
 
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the server side of a round may use besides the stacked updates."""
+
+    weights: torch.Tensor  # [n] training sample counts of the selected clients
+    losses: torch.Tensor | None  # [n] their training losses at the round-start global model, if needed
+    ids: torch.Tensor  # [n] the selected clients
+    lr: float  # the clients' learning rate (q-FFL's Lipschitz estimate L = 1 / lr)
+
+
 def sgd(params: torch.Tensor, grads: torch.Tensor, lr: float, active: torch.Tensor) -> torch.Tensor:
     """One SGD step per row; rows whose client has no real batch at this step stay as they are."""
     return params - (lr * active)[:, None] * grads
@@ -47,6 +57,7 @@ class Method:
     uses_aggregator = True  # False: the method has no global aggregation (e.g. local training)
     needs_val = False  # True: StepContext.val is filled with the group's validation data
     needs_losses = False  # True: server_update needs each client's training loss at the global model
+    finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {}
@@ -65,6 +76,24 @@ class Method:
     def server_update(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor,
                       losses: torch.Tensor | None, aggregate: Aggregate) -> torch.Tensor:
         return w + aggregate(updates, weights, losses)
+
+    def server_step(self, w: torch.Tensor, clients: dict, updates: torch.Tensor, info: ServerInfo,
+                    aggregate: Aggregate) -> tuple[torch.Tensor, dict]:
+        """(new global model, per-client state) after a round. Defaults to ``server_update``; a method that
+        reads or writes per-client state on the server (AFL's dual weights) overrides this instead."""
+        return self.server_update(w, updates, info.weights, info.losses, aggregate), clients
+
+    # Optional post-training phase, run once after the last round when ``finalize_epochs`` > 0 (the
+    # finetuning baselines): every client runs that many epochs of ``finalize_step`` minibatch steps.
+    def finalize_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(f"method {self.name!r} sets finalize_epochs but has no finalize phase")
+
+    def finalize_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        raise NotImplementedError(f"method {self.name!r} sets finalize_epochs but has no finalize phase")
+
+    def finalize_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict:
+        """The new per-client state after the finalize phase of the clients ``ids``."""
+        raise NotImplementedError(f"method {self.name!r} sets finalize_epochs but has no finalize phase")
 
     def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
         """[d] (one model for everyone) or [num_clients, d] (one per client)."""

@@ -7,6 +7,7 @@ Both take stacked parameters ``[n, d]`` and a minibatch ``[n, B, ...]`` and retu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,18 +24,25 @@ class Backend:
 
     def grad(self, params: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client masked mean loss [n] and its gradient [n, d]."""
+        return self.grad_of(self.model.loss, params, batch)
+
+    def grad_of(self, loss_fn: Callable[..., torch.Tensor], params: torch.Tensor, batch: Batch,
+                *extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-client value [n] and gradient [n, d] of a method's own objective
+        ``loss_fn(flat, x, y, mask, *extra_row)`` (e.g. a tilted loss); ``extra`` are per-client tensors
+        [n, ...] passed row by row. Tensors that ``loss_fn`` captures are shared by every client."""
         if self.batched:
-            grads, losses = vmap(grad_and_value(self.model.loss), randomness="different")(
-                params, batch.x, batch.y, batch.mask)
-            return losses, grads
-        losses, grads = [], []
+            grads, values = vmap(grad_and_value(loss_fn), randomness="different")(
+                params, batch.x, batch.y, batch.mask, *extra)
+            return values, grads
+        values, grads = [], []
         for i in range(params.shape[0]):
             p = params[i].detach().requires_grad_(True)
-            value = self.model.loss(p, batch.x[i], batch.y[i], batch.mask[i])
+            value = loss_fn(p, batch.x[i], batch.y[i], batch.mask[i], *(e[i] for e in extra))
             (g,) = torch.autograd.grad(value, p)
-            losses.append(value.detach())
+            values.append(value.detach())
             grads.append(g)
-        return torch.stack(losses), torch.stack(grads)
+        return torch.stack(values), torch.stack(grads)
 
     @torch.no_grad()
     def loss(self, params: torch.Tensor, batch: Batch) -> torch.Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedarena.methods.base import StepContext
+from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
@@ -68,15 +68,41 @@ def _round_data(trial: Trial, ids: np.ndarray, round_idx: int) -> Pooled:
 def train_group(trial: Trial, state: SimState, pool: Pooled, group: np.ndarray, round_idx: int):
     """Local training of one group of clients (all selected ones when batched); returns updates [n, d]."""
     cfg, method = trial.cfg, trial.method
-    ids = torch.as_tensor(group, device=trial.device)
-    index, mask, active = round_plan(pool, group, cfg.local_steps, cfg.local_epochs, cfg.batch_size,
-                                     cfg.seed, round_idx)
-    val = gather_all(trial.val, group) if method.needs_val else None
-    ctx = StepContext(trial.backend, cfg.lr, state.w, ids, val, trial.threat.strong)
-    local = method.local_init(state.w, state.clients, ids)
-    for s in range(index.shape[0]):
-        local = method.local_step(local, gather(pool, index[s], mask[s], active[s]), ctx)
+    local, ids = _local_loop(trial, state.w, state.clients, pool, group, round_idx, cfg.local_steps,
+                             cfg.local_epochs, method.local_init, method.local_step)
     return method.local_result(local, state.w, state.clients, ids)
+
+
+def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int,
+                steps: int, epochs: int, init: Callable, step: Callable) -> tuple[dict, torch.Tensor]:
+    """``init`` then one ``step`` per minibatch of the group's plan for ``round_idx``; returns (local, ids)."""
+    cfg = trial.cfg
+    ids = torch.as_tensor(group, device=trial.device)
+    index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
+    val = gather_all(trial.val, group) if trial.method.needs_val else None
+    ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong)
+    local = init(w, clients, ids)
+    for s in range(index.shape[0]):
+        local = step(local, gather(pool, index[s], mask[s], active[s]), ctx)
+    return local, ids
+
+
+def finalize(trial: Trial, state: SimState) -> SimState:
+    """The method's post-training phase (``finalize_epochs`` > 0, e.g. finetuning from w* on every device):
+    all clients, in groups of ``clients_per_round`` (one by one when sequential), run that many epochs
+    of ``finalize_step``. Minibatches (and persistent outliers) are keyed by round = ``cfg.rounds``."""
+    method, cfg = trial.method, trial.cfg
+    everyone = np.arange(trial.dataset.num_clients)
+    pool = _round_data(trial, everyone, cfg.rounds)
+    clients = state.clients
+    for start in range(0, len(everyone), cfg.clients_per_round):
+        for group in trial.backend.groups(everyone[start : start + cfg.clients_per_round]):
+            local, ids = _local_loop(trial, state.w, clients, pool, group, cfg.rounds, 0, method.finalize_epochs,
+                                     method.finalize_init, method.finalize_step)
+            clients = method.finalize_result(local, state.w, clients, ids)
+    finite = _rows_finite(clients, everyone, trial.device)
+    diverged_at = state.diverged_at if finite or state.diverged else state.round
+    return SimState(state.round, state.w, clients, diverged_at, state.history)
 
 
 def run_round(trial: Trial, state: SimState) -> SimState:
@@ -91,7 +117,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     stacked = torch.cat(updates)
     stacked = _tamper(trial, stacked, ids, t)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    w_new = trial.method.server_update(state.w, stacked, trial.weights[ids], losses, trial.aggregate)
+    info = ServerInfo(trial.weights[ids], losses, torch.as_tensor(ids, device=trial.device), trial.cfg.lr)
+    w_new, clients = trial.method.server_step(state.w, clients, stacked, info, trial.aggregate)
     finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, ids, trial.device)
     if not finite:
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history)
@@ -125,7 +152,8 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
 
 def simulate(trial: Trial, state: SimState | None = None,
              on_round: Callable[[SimState, dict | None], None] | None = None) -> tuple[SimState, Counts]:
-    """Run the remaining rounds; evaluate every ``eval_every`` rounds and after the last one.
+    """Run the remaining rounds; evaluate every ``eval_every`` rounds and after the last one (after the
+    method's ``finalize`` phase, if it has one).
 
     ``on_round(state, metrics_or_None)`` is called after every round (progress bars, checkpoints, Ray).
     A diverged run stops (``on_divergence=stop``) or goes on without the non-finite update (``continue``).
@@ -136,6 +164,8 @@ def simulate(trial: Trial, state: SimState | None = None,
     while state.round < cfg.rounds:
         state = run_round(trial, state)
         stop = state.diverged and cfg.on_divergence == "stop"
+        if state.round == cfg.rounds and trial.method.finalize_epochs and not stop:
+            state = finalize(trial, state)
         metrics = None
         if state.round % cfg.eval_every == 0 or state.round == cfg.rounds or stop:
             counts, metrics = evaluate_state(trial, state)

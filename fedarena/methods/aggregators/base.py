@@ -28,7 +28,7 @@ CHECKS: dict[str, Check] = {}
 NEEDS_LOSSES: set[str] = set()
 
 # Coordinate-wise rules process at most this many elements at once (bounds sort/topk memory at d ~ 1e6+).
-CHUNK_ELEMENTS = 1 << 24
+CHUNK_ELEMENTS = 1 << 22
 
 
 def no_check(n: int, f: int, **params) -> None:
@@ -80,13 +80,19 @@ def require_losses(losses: torch.Tensor | None, updates: torch.Tensor, rule: str
     return as_vector(losses, updates, "losses")
 
 
+def column_blocks(x: torch.Tensor) -> list[slice]:
+    """Column ranges of at most ``CHUNK_ELEMENTS`` elements of x [n, d]."""
+    n, d = x.shape
+    width = max(1, CHUNK_ELEMENTS // max(n, 1))
+    return [slice(start, min(start + width, d)) for start in range(0, d, width)]
+
+
 def columnwise(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """Apply a coordinate-wise reduction [n, c] -> [c] over column blocks to bound temporary memory."""
-    n, d = x.shape
-    if n * d <= CHUNK_ELEMENTS:
+    blocks = column_blocks(x)
+    if len(blocks) == 1:
         return fn(x)
-    width = max(1, CHUNK_ELEMENTS // n)
-    return torch.cat([fn(x[:, start:start + width]) for start in range(0, d, width)])
+    return torch.cat([fn(x[:, cols]) for cols in blocks])
 
 
 def coordinate_median(x: torch.Tensor) -> torch.Tensor:
@@ -104,11 +110,30 @@ def vector_median(values: torch.Tensor) -> torch.Tensor:
     return coordinate_median(values.reshape(-1, 1))[0]
 
 
+def row_sq_distances(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """[n] squared L2 distances from the rows of x to v, block by block (no [n, d] temporary)."""
+    total = x.new_zeros(x.shape[0])
+    for cols in column_blocks(x):
+        diff = x[:, cols] - v[cols]
+        total += (diff * diff).sum(dim=1)
+    return total
+
+
 def pairwise_sq_distances(x: torch.Tensor) -> torch.Tensor:
-    """[n, n] squared L2 distances via |a|^2 + |b|^2 - 2ab (after centring, to limit cancellation)."""
-    centred = x - x.mean(dim=0)
-    sq = (centred * centred).sum(dim=1)
-    dist = (sq[:, None] + sq[None, :] - 2 * centred @ centred.T).clamp_min(0)
+    """[n, n] squared L2 distances via |a|^2 + |b|^2 - 2ab on the Gram matrix of the centred updates
+    (centring, block by block, limits cancellation when the updates share a large common part)."""
+    gram = x.new_zeros(x.shape[0], x.shape[0])
+    for cols in column_blocks(x):
+        block = x[:, cols] - x[:, cols].mean(dim=0)
+        gram += block @ block.T
+    sq = gram.diagonal()
+    dist = (sq[:, None] + sq[None, :] - 2 * gram).clamp_min(0)
     dist.fill_diagonal_(0)
     return dist
 
+
+def subset_mean(updates: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Uniform mean of the given rows, as one matrix-vector product (no copy of the rows)."""
+    coeff = updates.new_zeros(updates.shape[0])
+    coeff[rows] = 1.0 / rows.numel()
+    return coeff @ updates

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.aggregators.base import aggregator, check_common, check_updates, columnwise, coordinate_median
+from fedarena.methods.aggregators.base import (
+    aggregator,
+    check_common,
+    check_updates,
+    columnwise,
+    coordinate_median,
+)
 from fedarena.params import ConfigError
 
 

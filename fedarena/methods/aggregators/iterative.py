@@ -11,6 +11,7 @@ from fedarena.methods.aggregators.base import (
     check_updates,
     columnwise,
     coordinate_median,
+    row_sq_distances,
 )
 from fedarena.params import ConfigError
 
@@ -25,7 +26,7 @@ def check_geometric_median(n: int, f: int, *, iters: int = 100, eps: float = 1e-
 
 def weiszfeld_objective(updates: torch.Tensor, alpha: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum_i alpha_i ||v - x_i||, the distances)."""
-    dist = (updates - v).norm(dim=1)
+    dist = row_sq_distances(updates, v).sqrt()
     return alpha @ dist, dist
 
 
@@ -91,7 +92,6 @@ def centered_clipping(
     check_centered_clipping(n, f, tau=tau, iters=iters, center=center)
     v = columnwise(coordinate_median, updates) if center == "median" else updates.new_zeros(updates.shape[1])
     for _ in range(iters):
-        diff = updates - v
-        scale = (tau / diff.norm(dim=1).clamp_min(1e-30)).clamp(max=1.0)
-        v = v + (scale @ diff) / n
+        scale = (tau / row_sq_distances(updates, v).sqrt().clamp_min(1e-30)).clamp(max=1.0)
+        v = v + (scale @ updates - scale.sum() * v) / n  # v + mean_i scale_i (x_i - v)
     return v

@@ -12,6 +12,7 @@ from fedarena.methods.aggregators.base import (
     columnwise,
     coordinate_median,
     pairwise_sq_distances,
+    subset_mean,
 )
 from fedarena.params import ConfigError
 
@@ -41,7 +42,7 @@ def krum(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor |
     n = check_updates(updates, f)
     check_krum(n, f)
     scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
-    return updates[torch.argmin(scores)]
+    return updates[torch.argmin(scores)].clone()
 
 
 def multi_krum_size(n: int, f: int, m: int | None) -> int:
@@ -65,7 +66,7 @@ def multi_krum(
     check_multi_krum(n, f, m=m)
     scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
     chosen = torch.argsort(scores, stable=True)[: multi_krum_size(n, f, m)]
-    return updates[chosen].mean(dim=0)
+    return subset_mean(updates, chosen)
 
 
 def check_bulyan(n: int, f: int, **params) -> None:
@@ -107,5 +108,5 @@ def bulyan(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor
     n = check_updates(updates, f)
     check_bulyan(n, f)
     theta = n - 2 * f
-    selected = updates[iterated_krum(pairwise_sq_distances(updates), f, theta)]
-    return columnwise(lambda x: closest_to_median_mean(x, theta - 2 * f), selected)
+    selected = iterated_krum(pairwise_sq_distances(updates), f, theta)
+    return columnwise(lambda block: closest_to_median_mean(block[selected], theta - 2 * f), updates)

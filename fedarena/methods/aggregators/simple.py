@@ -15,6 +15,7 @@ from fedarena.methods.aggregators.base import (
     check_common,
     check_updates,
     require_losses,
+    subset_mean,
     vector_median,
 )
 from fedarena.params import ConfigError
@@ -57,14 +58,18 @@ def term(
     return tilted @ updates
 
 
+def median_norm_factors(updates: torch.Tensor) -> torch.Tensor:
+    """[n] factors min(1, threshold / (norm_i + 1e-10)) with threshold = the median of the norms (np.median)."""
+    norms = updates.norm(dim=1)
+    threshold = vector_median(norms)
+    return torch.where(norms > threshold, threshold / (norms + NORM_GUARD), torch.ones_like(norms))
+
+
 def clip_to_median_norm(updates: torch.Tensor) -> torch.Tensor:
     """Rescale every update whose L2 norm exceeds the median norm of the round down to that median
     (Ditto's 'clipping', reference ``l2_clip``: threshold = np.median of the norms, factor
-    threshold / (norm + 1e-10); Sun et al. 2019 use a fixed threshold instead)."""
-    norms = updates.norm(dim=1)
-    threshold = vector_median(norms)
-    factor = torch.where(norms > threshold, threshold / (norms + NORM_GUARD), torch.ones_like(norms))
-    return updates * factor[:, None]
+    threshold / (norm + 1e-10); Sun et al. 2019 use a fixed threshold instead). Returns a new tensor."""
+    return updates * median_norm_factors(updates)[:, None]
 
 
 PRE_AGGREGATORS.add("clip", clip_to_median_norm)
@@ -76,8 +81,8 @@ def clipping(
 ) -> torch.Tensor:
     """Norm clipping to the round's median update norm (``clip_to_median_norm``), then the uniform mean
     (Ditto Appendix D: 'we set the threshold to be the median of the gradient norms')."""
-    check_updates(updates, f)
-    return clip_to_median_norm(updates).mean(dim=0)
+    n = check_updates(updates, f)
+    return (median_norm_factors(updates) / n) @ updates
 
 
 def check_keeps_one(n: int, f: int, **params) -> None:
@@ -93,7 +98,8 @@ def k_norm(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor
     n = check_updates(updates, f)
     check_keeps_one(n, f)
     keep = torch.argsort(updates.norm(dim=1), stable=True)[: n - f]
-    return updates[keep].mean(dim=0)
+    return subset_mean(updates, keep)
+
 
 
 @aggregator("k_loss", check=check_keeps_one, needs_losses=True)
@@ -103,4 +109,4 @@ def k_loss(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor
     n = check_updates(updates, f)
     check_keeps_one(n, f)
     order = torch.argsort(require_losses(losses, updates, "k_loss"), stable=True)
-    return updates[order[n - f - 1]]
+    return updates[order[n - f - 1]].clone()

@@ -1,0 +1,41 @@
+"""Checks of attack hyperparameters, run when the threat model is built (before any training)."""
+
+from __future__ import annotations
+
+import math
+
+from fedarena.params import ConfigError
+
+
+def _number(attack: str, key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"attack {attack!r}: {key} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def positive(attack: str, key: str, value) -> float:
+    """``value`` as a float; ConfigError unless it is a finite number > 0."""
+    number = _number(attack, key, value)
+    if number <= 0:
+        raise ConfigError(f"attack {attack!r}: {key} must be > 0, got {value!r}")
+    return number
+
+
+def non_negative(attack: str, key: str, value) -> float:
+    number = _number(attack, key, value)
+    if number < 0:
+        raise ConfigError(f"attack {attack!r}: {key} must be >= 0, got {value!r}")
+    return number
+
+
+def fraction(attack: str, key: str, value) -> float:
+    """A fraction in (0, 1]."""
+    number = _number(attack, key, value)
+    if not 0 < number <= 1:
+        raise ConfigError(f"attack {attack!r}: {key} must be a fraction in (0, 1], got {value!r}")
+    return number
+
+
+def optional(check, attack: str, key: str, value) -> float | None:
+    """``check`` applied unless ``value`` is None (None keeps the attack's data-driven default)."""
+    return None if value is None else check(attack, key, value)

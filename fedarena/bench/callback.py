@@ -1,0 +1,171 @@
+"""The driver-side Ray Tune callback: every MLflow write of a benchmark happens here, in one process.
+
+Trials only report to Ray Tune; this callback turns their reports into the tracking schema of
+``fedarena.tracking.runs`` (one run per trial, metrics per evaluation round, artifacts and status at the
+end) and prints the progress lines. Writing from the driver alone keeps an SQLite store safe with
+many concurrent trials.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from ray import tune
+
+from fedarena.bench.grid import TrialSpec
+from fedarena.bench.progress import Printer, final_line, round_line, tally
+from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
+from fedarena.tracking import RunStore, run_params
+from fedarena.tracking.runs import (
+    CHECKPOINT,
+    CHECKPOINT_ROUND,
+    ERROR,
+    FAILED,
+    FAILURES,
+    FINISHED,
+    KILLED,
+    RESUMED_FROM,
+)
+
+
+@dataclass
+class Planned:
+    """A trial to run: its spec, and the unfinished run (with its checkpoint) it continues, if any."""
+
+    spec: TrialSpec
+    run_id: str | None = None
+    resume_from: str | None = None
+
+
+@dataclass
+class Active:
+    spec: TrialSpec
+    run_id: str
+    last_round: int = 0  # last round whose metrics are in the store
+    fingerprint_logged: bool = False
+
+
+def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
+    """The schema's identity tags of a trial (``dataset_fingerprint`` follows with the first report)."""
+    return {"config_hash": spec.config_hash, "cell_hash": spec.cell_hash, "suite": spec.suite, "scale": spec.scale,
+            "method_label": spec.method_label, "dataset_label": spec.dataset_label,
+            "attack_label": spec.attack_label, "level": str(spec.level), "diverged": "false",
+            "dataset_name": spec.config.dataset["name"], **versions}
+
+
+def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
+    """Where a persisted checkpoint lives, as a path (local storage) or a URI (remote storage)."""
+    scheme = getattr(checkpoint.filesystem, "type_name", "local")
+    return checkpoint.path if scheme == "local" else f"{scheme}://{checkpoint.path}"
+
+
+class TrackingCallback(tune.Callback):
+    def __init__(self, store: RunStore, plan: dict[str, Planned], versions: dict[str, str],
+                 printer: Printer | None = None):
+        self.store, self.plan, self.versions = store, plan, versions
+        self.printer = printer or Printer()
+        self.active: dict[str, Active] = {}  # Ray trial id -> run
+        self.closed: set[str] = set()
+        self.outcomes: Counter[str] = Counter()  # FINISHED / FAILED / KILLED runs of this session
+
+    def _event(self, trials, text: str) -> None:
+        self.printer.event(tally((t.status for t in trials), len(self.plan)), text)
+
+    def _planned(self, trial) -> Planned:
+        return self.plan[trial.config["trial"]["config_hash"]]
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.active:
+            return
+        planned = self._planned(trial)
+        spec = planned.spec
+        tags = {**identity_tags(spec, self.versions), "ray_trial_id": trial.trial_id}
+        if planned.run_id:
+            last = self.store.reopen(planned.run_id)
+            self.store.set_tags(planned.run_id, tags)
+            self.active[trial.trial_id] = Active(spec, planned.run_id, last)
+            self._event(trials, f"{spec.name}: resuming run {planned.run_id[:8]} (metrics up to round {last})")
+            return
+        run_id = self.store.open(spec.name, run_params(spec.config.flat()), tags, spec.config.to_dict())
+        self.active[trial.trial_id] = Active(spec, run_id)
+        self._event(trials, f"{spec.name}: started")
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run = self.active.get(trial.trial_id)
+        if run is None:
+            return
+        if not run.fingerprint_logged and result.get("dataset_fingerprint"):
+            self.store.set_tags(run.run_id, {"dataset_fingerprint": result["dataset_fingerprint"],
+                                             RESUMED_FROM: result.get("resumed_from_round", 0)})
+            run.fingerprint_logged = True
+        if result.get("evaluated") and result["round"] > run.last_round:
+            self.store.log_round(run.run_id, result["round"], result)
+            run.last_round = result["round"]
+        if not result.get("done"):
+            self._event(trials, round_line(run.spec.name, result))
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        run = self.active.get(trial.trial_id)
+        if run is not None:
+            self.store.set_tags(run.run_id, {CHECKPOINT: checkpoint_uri(checkpoint),
+                                             CHECKPOINT_ROUND: trial.last_result.get("round", 0)})
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        run = self.active.get(trial.trial_id)
+        if run is not None:
+            self.store.set_tags(run.run_id, {FAILURES: trial.num_failures})
+            self._event(trials, f"{run.spec.name}: failed ({_error_line(trial)}); retrying from its last checkpoint")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        run = self.active.get(trial.trial_id)
+        if run is None or run.run_id in self.closed:
+            return
+        with trial.checkpoint.as_directory() as directory:
+            result = json.loads(Path(directory, RESULT_FILE).read_text())
+            for entry in result["history"]:  # rounds whose report was lost (e.g. resumed after the last one)
+                if entry["round"] > run.last_round:
+                    self.store.log_round(run.run_id, entry["round"], _finite(entry))
+                    run.last_round = entry["round"]
+            files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
+            self.store.finish(run.run_id, FINISHED, files, {"diverged": bool(result["final"]["diverged"]),
+                                                            FAILURES: trial.num_failures})
+        self._close(run, FINISHED)
+        self._event(trials, final_line(run.spec.name, result["final"]))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        run = self.active.get(trial.trial_id)
+        if run is None or run.run_id in self.closed:
+            return
+        error = _error_line(trial)
+        self.store.finish(run.run_id, FAILED, tags={ERROR: error, FAILURES: trial.num_failures})
+        self._close(run, FAILED)
+        self._event(trials, f"{run.spec.name}: FAILED: {error}")
+
+    def close_open_runs(self) -> int:
+        """Mark runs still open (an interrupted benchmark) KILLED; the next run of the command resumes them."""
+        still_open = [run for run in self.active.values() if run.run_id not in self.closed]
+        for run in still_open:
+            self.store.finish(run.run_id, KILLED)
+            self._close(run, KILLED)
+        return len(still_open)
+
+    def _close(self, run: Active, status: str) -> None:
+        self.closed.add(run.run_id)
+        self.outcomes[status] += 1
+
+
+def _finite(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _error_line(trial) -> str:
+    """The last line of the trial's error trace (the exception and its message)."""
+    try:
+        text = trial.get_error() or ""
+    except (OSError, ValueError):
+        text = ""
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error (see the Ray trial directory)"

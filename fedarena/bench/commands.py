@@ -1,0 +1,143 @@
+"""Subcommands ``fedarena bench list``, ``fedarena bench run SUITE`` and ``fedarena ui``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+
+from fedarena.params import ConfigError
+from fedarena.registry import UnknownNameError
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def add_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="benchmark suites: a grid on Ray Tune, every trial an MLflow run")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    listing = bench_sub.add_parser("list", help="the shipped suites with their trial counts per scale")
+    listing.add_argument("--no-check", action="store_true", help="counts only; skip validating the trials")
+    listing.set_defaults(func=cmd_list)
+    _add_run_parser(bench_sub)
+    ui = sub.add_parser("ui", help="start the MLflow UI on the benchmark's tracking store")
+    ui.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--tracking-uri", help="store to show (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
+    ui.set_defaults(func=cmd_ui)
+
+
+def _add_run_parser(bench_sub) -> None:
+    p = bench_sub.add_parser("run", help="run a suite (finished trials are skipped, interrupted ones resumed)")
+    p.add_argument("suite", help="a shipped suite name (see `fedarena bench list`) or a YAML file")
+    p.add_argument("--scale", choices=("smoke", "quick", "paper"), default="quick")
+    p.add_argument("--dataset", help="only this dataset of the scale (label or name), or run the grid on "
+                                     "another registered dataset")
+    p.add_argument("--seeds", type=_seeds, help="comma-separated seeds replacing the scale's, e.g. 0,1,2")
+    p.add_argument("--cpus-per-trial", type=float, default=1.0)
+    p.add_argument("--gpus-per-trial", type=float, default=0.0,
+                   help="GPUs per trial; fractions share a GPU (e.g. 0.25: four trials per GPU); >0 runs on CUDA")
+    p.add_argument("--max-concurrent", type=int, help="most trials at once (default: as resources allow)")
+    p.add_argument("--max-failures", type=int, default=2, help="retries of a failed trial from its checkpoint")
+    p.add_argument("--checkpoint-every", type=int, help="rounds between checkpoints (default: ~10 per trial)")
+    p.add_argument("--storage", default="ray_results", help="Ray Tune storage path (checkpoints)")
+    p.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite ./mlflow.db)")
+    p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="validate and show the plan; run nothing")
+    p.set_defaults(func=cmd_bench_run)
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are comma-separated integers, got {text!r}") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"give at least one seed >= 0, got {text!r}")
+    return seeds
+
+
+def cmd_bench_run(args) -> int:
+    from pathlib import Path
+
+    from fedarena.bench.runner import BenchOptions, run_bench
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # store creation and migrations log at INFO
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    options = BenchOptions(
+        args.suite, args.scale, args.dataset, args.seeds, args.cpus_per_trial, args.gpus_per_trial,
+        args.max_concurrent, args.max_failures, args.checkpoint_every, Path(args.storage), args.tracking_uri,
+        args.num_cpus, args.dry_run,
+    )  # fmt: skip
+    summary = run_bench(options)
+    return 0 if summary.ok else 1
+
+
+def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[str]]]:
+    """(name, trials per scale, reference, problems) for every shipped suite."""
+    from fedarena.bench.grid import count_trials, expand
+    from fedarena.bench.suite import SCALES, SUITES, load_suite
+
+    rows = []
+    for name in SUITES.names():
+        try:
+            suite = load_suite(name, check_names=False)
+        except ConfigError as err:
+            rows.append((name, {}, "", [str(err)]))
+            continue
+        counts = {scale: count_trials(suite, scale) for scale in SCALES}
+        problems = []
+        if check:
+            problems = [_problem(lambda s=scale: expand(suite, s), scale) for scale in SCALES]
+            problems = [p for p in problems if p]
+        rows.append((name, counts, suite.reference or suite.description, problems))
+    return rows
+
+
+def _problem(fn, scale: str) -> str | None:
+    try:
+        fn()
+    except (ConfigError, UnknownNameError) as err:
+        return f"{scale}: {err}"
+    return None
+
+
+def cmd_list(args) -> int:
+    rows = suite_rows(check=not args.no_check)
+    print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
+    for name, counts, reference, problems in rows:
+        cells = "".join(f"{counts.get(s, '?'):>7}" for s in ("smoke", "quick", "paper"))
+        print(f"{name:<16}{cells}  {reference.splitlines()[0] if reference else ''}")
+    invalid = [(name, p) for name, _, _, problems in rows for p in problems]
+    for name, problem in invalid:
+        print(f"  ! {name} {problem}")
+    return 1 if invalid else 0
+
+
+def ui_command(uri: str, host: str, port: int) -> list[str]:
+    """The MLflow UI command line on the benchmark's store (artifacts beside a local SQLite store)."""
+    from fedarena.tracking import artifact_root
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    root = artifact_root(uri)
+    if root is not None:
+        cmd += ["--default-artifact-root", root.resolve().as_uri()]
+    return cmd
+
+
+def cmd_ui(args) -> int:
+    from fedarena.tracking import redact, sqlite_path, tracking_uri
+
+    uri = tracking_uri(args.tracking_uri)
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
+        raise ConfigError(f"no tracking store at {db}; fill it with `make benchmark` (fedarena bench run SUITE) "
+                          f"or point --tracking-uri / $MLFLOW_TRACKING_URI at an existing one")
+    print(f"MLflow UI: http://{args.host}:{args.port}  (store: {redact(uri)}; Ctrl+C stops it)", flush=True)
+    if args.host not in LOCAL_HOSTS:
+        print(f"warning: listening on {args.host}: other machines can reach this UI", flush=True)
+    try:
+        return subprocess.call(ui_command(uri, args.host, args.port))
+    except KeyboardInterrupt:
+        return 0

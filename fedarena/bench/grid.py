@@ -1,0 +1,158 @@
+"""Grid expansion: a suite at one scale -> the list of trials (one federated run each).
+
+The grid is datasets x methods x attacks (each with its levels) x seeds, minus ``exclude`` rules.
+A trial's config is the merge, in this order, of: the config defaults, the suite's ``fixed``, the scale's
+``fixed``, the dataset entry, the method entry, the attack entry (and its level), the seed, the device
+chosen by the runner, then every matching ``overrides`` rule. It is resolved (every component's defaults
+filled in) and hashed: ``config_hash`` is the trial's identity in the tracking store, ``cell_hash``
+(the hash without the seed) groups the seeds of one table cell.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fedarena.bench.suite import Entry, Scale, Suite, SuiteError
+from fedarena.config import SECTIONS, ExperimentConfig
+from fedarena.params import ConfigError
+from fedarena.registry import UnknownNameError
+
+
+@dataclass(frozen=True)
+class Combo:
+    """One point of the grid, before its config is built."""
+
+    dataset: Entry
+    method: Entry
+    attack: Entry
+    level: float
+    seed: int
+
+    def labels(self) -> dict:
+        return {"dataset": self.dataset.label, "method": self.method.label, "attack": self.attack.label,
+                "level": self.level}
+
+    @property
+    def name(self) -> str:
+        setting = self.attack.label if self.attack.label == "clean" else f"{self.attack.label}@{self.level:g}"
+        return f"{self.method.label} {self.dataset.label} {setting} s{self.seed}"
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """A fully resolved trial with its table labels and identity."""
+
+    config: ExperimentConfig
+    suite: str
+    scale: str
+    method_label: str
+    dataset_label: str
+    attack_label: str
+    level: float
+    seed: int
+    config_hash: str
+    cell_hash: str
+    name: str
+
+
+def merge(data: dict, patch: dict) -> None:
+    """Apply a patch in place: a section with a ``name`` replaces the section, one without updates it."""
+    for key, value in patch.items():
+        if key in SECTIONS:
+            value = copy.deepcopy(value)
+            data[key] = value if "name" in value else {**data.get(key, {}), **value}
+        else:
+            data[key] = copy.deepcopy(value)
+
+
+def attack_levels(suite: Suite, scale: Scale, dataset: Entry, attack: Entry) -> tuple[float, ...]:
+    """Levels of an attack for one dataset: the dataset's override > the scale's > the suite's."""
+    if attack.label in dataset.level_map:
+        return dataset.level_map[attack.label]
+    chosen = (scale.attacks or {}).get(attack.label)
+    return chosen if chosen is not None else attack.levels
+
+
+def combinations(suite: Suite, scale: Scale, datasets: tuple[Entry, ...] | None = None,
+                 seeds: tuple[int, ...] | None = None) -> Iterator[Combo]:
+    """The grid points in a stable order (datasets, methods, attacks, levels, seeds), minus exclusions."""
+    methods = [m for m in suite.methods if scale.methods is None or m.label in scale.methods]
+    attacks = [a for a in suite.attacks if scale.attacks is None or a.label in scale.attacks]
+    rules = suite.exclude + scale.exclude
+    for dataset in datasets or scale.datasets:
+        for method in methods:
+            for attack in attacks:
+                for level in attack_levels(suite, scale, dataset, attack):
+                    for seed in seeds or scale.seeds:
+                        combo = Combo(dataset, method, attack, level, seed)
+                        if not any(rule.applies(combo.labels()) for rule in rules):
+                            yield combo
+
+
+def count_trials(suite: Suite, scale: str) -> int:
+    """Number of trials of a scale (structure only: no registry, no data)."""
+    return sum(1 for _ in combinations(suite, suite.scales[scale]))
+
+
+def build_config(suite: Suite, scale: Scale, combo: Combo, device: str) -> ExperimentConfig:
+    data = ExperimentConfig().to_dict()
+    for patch in (suite.fixed, scale.fixed, combo.dataset.patch, combo.method.patch, combo.attack.patch):
+        merge(data, patch)
+    data["attack"]["level"] = combo.level
+    data["seed"] = combo.seed
+    data["device"] = device
+    for rule in suite.overrides + scale.overrides:
+        if rule.applies(combo.labels()):
+            merge(data, rule.patch)
+    return ExperimentConfig.from_dict(data)
+
+
+def select_datasets(scale: Scale, wanted: str | None) -> tuple[Entry, ...]:
+    """``--dataset``: the scale's entries with that label or dataset name; else, if ``wanted`` is a
+    registered dataset, the scale's first entry re-pointed at it (its label becomes the dataset name and
+    the model is the dataset's default)."""
+    if not wanted:
+        return scale.datasets
+    chosen = tuple(e for e in scale.datasets if wanted in (e.label, e.patch["dataset"]["name"]))
+    if chosen:
+        return chosen
+    from fedarena.datasets import DATASETS
+
+    if wanted not in DATASETS:
+        listing = ", ".join(sorted({e.label for e in scale.datasets} | set(DATASETS.names())))
+        raise ConfigError(f"--dataset {wanted!r} is neither a dataset of scale {scale.name!r} nor a registered "
+                          f"dataset; choose one of {listing}")
+    first = scale.datasets[0]
+    patch = {**first.patch, "dataset": {"name": wanted}, "model": {"name": "auto"}}
+    return (Entry(wanted, patch, f"--dataset {wanted}"),)
+
+
+def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple[int, ...] | None = None,
+           device: str = "cpu") -> list[TrialSpec]:
+    """Every trial of the suite at ``scale``, validated (names, hyperparameters, server rules)."""
+    from fedarena.bench.validate import check_server_rule
+    from fedarena.simulation.setup import resolve_config
+
+    if scale not in suite.scales:
+        raise SuiteError(f"{suite.path}: unknown scale {scale!r}; choose one of {', '.join(suite.scales)}")
+    chosen = suite.scales[scale]
+    trials, seen = [], {}
+    for combo in combinations(suite, chosen, select_datasets(chosen, dataset), seeds):
+        where = f"scales.{scale}: trial '{combo.name}' ({combo.dataset.where}, {combo.method.where}, {combo.attack.where})"
+        try:
+            cfg = resolve_config(build_config(suite, chosen, combo, device))
+            check_server_rule(cfg)
+        except (ConfigError, UnknownNameError) as err:
+            raise SuiteError(f"{suite.path}: {where}: {err}") from None
+        spec = TrialSpec(cfg, suite.name, scale, combo.method.label, combo.dataset.label, combo.attack.label,
+                         combo.level, combo.seed, cfg.hash(), cfg.hash(exclude=("seed",)), combo.name)
+        if spec.config_hash in seen:
+            raise SuiteError(f"{suite.path}: {where}: same config as trial '{seen[spec.config_hash]}'; give the "
+                             f"entries different settings or drop one")
+        seen[spec.config_hash] = combo.name
+        trials.append(spec)
+    if not trials:
+        raise SuiteError(f"{suite.path}: scales.{scale}: empty grid (every combination is excluded)")
+    return trials

@@ -1,0 +1,191 @@
+"""``fedarena bench run``: expand a suite, skip what is done, run the rest on Ray Tune, track in MLflow.
+
+Order (every check before Ray starts): load and validate the suite -> expand the grid at the scale ->
+check the tracking store answers -> find the suite's experiment -> plan: a trial whose ``config_hash``
+already has a FINISHED run is skipped; one with an unfinished run (FAILED, KILLED, or RUNNING from an
+interrupted benchmark) continues that run from the checkpoint recorded in its ``checkpoint`` tag ->
+start (or join, with ``RAY_ADDRESS``) Ray -> one Tune trial per remaining federated run.
+
+Running the same command again therefore resumes an interrupted benchmark and never duplicates a
+finished trial. Do not run two benchmarks of one suite against one store at the same time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fedarena.bench.callback import Planned, TrackingCallback
+from fedarena.bench.grid import TrialSpec, expand
+from fedarena.bench.progress import Printer
+from fedarena.bench.suite import load_suite
+from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
+from fedarena.params import ConfigError
+from fedarena.simulation.runner import code_version
+from fedarena.tracking import RunStore, check_store, redact, suite_experiment, tracking_uri, version_tags
+from fedarena.tracking.runs import CHECKPOINT, FAILED, FINISHED, RunSummary
+
+
+class BenchError(ConfigError):
+    """The benchmark cannot start (resources, Ray)."""
+
+
+@dataclass
+class BenchOptions:
+    suite: str
+    scale: str = "quick"
+    dataset: str | None = None
+    seeds: tuple[int, ...] | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_concurrent: int | None = None
+    max_failures: int = 2
+    checkpoint_every: int | None = None  # None: about ten checkpoints per trial
+    storage: Path = field(default_factory=lambda: Path("ray_results"))
+    tracking_uri: str | None = None
+    num_cpus: int | None = None  # size of a local Ray instance (default: every core)
+    dry_run: bool = False
+    fail_once_at_round: int | None = None  # test hook, see fedarena.bench.trainable
+
+
+@dataclass
+class BenchSummary:
+    total: int
+    skipped: int
+    resumed: int
+    finished: int = 0
+    failed: int = 0
+    killed: int = 0
+    tracking_uri: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.killed == 0
+
+
+def plan_trials(specs: list[TrialSpec], existing: dict[str, list[RunSummary]]) -> tuple[dict[str, Planned], int]:
+    """(trials to run by config hash, number skipped because a FINISHED run exists)."""
+    plan, skipped = {}, 0
+    for spec in specs:
+        runs = existing.get(spec.config_hash, [])
+        if any(run.status == FINISHED for run in runs):
+            skipped += 1
+        elif runs:  # newest unfinished run: continue it from its last checkpoint
+            plan[spec.config_hash] = Planned(spec, runs[0].run_id, runs[0].tags.get(CHECKPOINT))
+        else:
+            plan[spec.config_hash] = Planned(spec)
+    return plan, skipped
+
+
+@contextlib.contextmanager
+def ray_session(num_cpus: int | None):
+    """Local Ray (every core, no dashboard) unless Ray is already up or ``RAY_ADDRESS`` names a cluster."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    else:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    """Set environment variables Ray Tune reads in the driver (quiet console: our progress lines are the
+    output), restoring them afterwards."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def check_resources(cpus: float, gpus: float) -> None:
+    import ray
+
+    have = ray.cluster_resources()
+    if cpus <= 0 or cpus > have.get("CPU", 0):
+        raise BenchError(f"--cpus-per-trial {cpus}: the Ray cluster has {have.get('CPU', 0):g} CPUs")
+    if gpus < 0 or gpus > have.get("GPU", 0):
+        raise BenchError(f"--gpus-per-trial {gpus}: the Ray cluster has {have.get('GPU', 0):g} GPUs")
+
+
+def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSummary:
+    printer = printer or Printer()
+    suite = load_suite(options.suite)
+    device = "cuda" if options.gpus_per_trial > 0 else "cpu"
+    specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
+    uri = tracking_uri(options.tracking_uri)
+    store = RunStore(check_store(uri), "")
+    store.experiment_id = suite_experiment(store.client, uri, suite.name)
+    plan, skipped = plan_trials(specs, store.runs_by_hash())
+    resumed = sum(1 for p in plan.values() if p.run_id)
+    summary = BenchSummary(len(specs), skipped, resumed, tracking_uri=redact(uri))
+    printer.emit(f"suite {suite.name!r} at scale {options.scale!r}: {len(specs)} trials; {skipped} already "
+                 f"finished in {redact(uri)} (skipped), {resumed} to resume, {len(plan) - resumed} new")
+    if options.dry_run:
+        for planned in plan.values():
+            printer.emit(f"  {'resume' if planned.run_id else 'new   '} {planned.spec.name} [{planned.spec.config_hash}]")
+        return summary
+    if not plan:
+        return summary
+    callback = TrackingCallback(store, plan, version_tags(code_version()), printer)
+    with ray_session(options.num_cpus):
+        check_resources(options.cpus_per_trial, options.gpus_per_trial)
+        tuner = _tuner(options, suite.name, plan, callback)
+        try:
+            with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0"):
+                tuner.fit()
+        finally:
+            summary.killed = callback.close_open_runs()
+    summary.finished, summary.failed = callback.outcomes[FINISHED], callback.outcomes[FAILED]
+    printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted, "
+                 f"{skipped} skipped. Browse: fedarena ui; tables: fedarena leaderboard {suite.name}")
+    return summary
+
+
+def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback):
+    from ray import tune
+
+    payloads = []
+    for index, planned in enumerate(plan.values()):
+        cfg = planned.spec.config
+        every = options.checkpoint_every or auto_checkpoint_every(cfg.rounds, cfg.eval_every)
+        payload = trial_payload(cfg, planned.spec.config_hash, planned.spec.name, checkpoint_every=every,
+                                resume_from=planned.resume_from, fail_once_at_round=options.fail_once_at_round)
+        payloads.append({**payload, "index": index})
+    resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    storage = options.storage if "://" in str(options.storage) else Path(options.storage).resolve()
+    return tune.Tuner(
+        tune.with_resources(run_trial, resources),
+        param_space={"trial": tune.grid_search(payloads)},
+        tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+                                    trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),
+        run_config=tune.RunConfig(
+            name=f"{suite}-{options.scale}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
+            verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+    )  # fmt: skip
+
+
+def _trial_name(trial) -> str:
+    return trial.config["trial"]["name"]
+
+
+def _trial_dirname(trial) -> str:
+    payload = trial.config["trial"]
+    return f"{payload['index']:05d}_{payload['config_hash']}"

@@ -1,0 +1,27 @@
+"""``fedarena leaderboard SUITE``: the papers' tables from the tracking store."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("leaderboard", help="build Table 1/2/3-style leaderboards from the MLflow store")
+    p.add_argument("suite", help="suite (= MLflow experiment) name, e.g. robustness")
+    p.add_argument("--format", default="markdown", choices=("latex", "markdown", "html", "csv"))
+    p.add_argument("--out", default="leaderboards", help="output directory")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
+    p.add_argument("--scale", choices=("smoke", "quick", "paper"), help="only runs of this scale")
+    p.add_argument("--ci", action="store_true", help="show 95%% confidence intervals over seeds")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from fedarena.leaderboards import build_leaderboards
+    from fedarena.tracking.store import tracking_uri
+
+    uri = tracking_uri(args.tracking_uri)
+    paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=args.ci, scale=args.scale,
+                               figures=not args.no_figures)
+    for path in paths:
+        print(path)
+    return 0

@@ -1,0 +1,74 @@
+"""Wall-clock cost of one aggregation per rule, for ``make perf``.
+
+    time_aggregators(d=3_300_000, ns=(10, 100))  # d ~ the Fashion-MNIST CNN's parameter count
+
+Each rule aggregates n random float32 updates of dimension d with f = n // 10 assumed malicious; a rule
+that cannot run with that f (e.g. bulyan needs n >= 4f + 3) is timed with f = 0, and skipped with a note
+if it cannot run at all. Times are the best of ``repeats`` runs (after one untimed warm-up on CUDA).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS
+from fedarena.methods.aggregators.builder import make_aggregator
+from fedarena.params import ConfigError
+
+
+def usable_f(name: str, n: int) -> int | None:
+    """n // 10 if the rule accepts it, else 0 if it accepts that, else None."""
+    for f in (n // 10, 0):
+        try:
+            CHECKS[name](n, f, **make_aggregator({"name": name}, f=f).params)
+        except ConfigError:
+            continue
+        return f
+    return None
+
+
+def random_round(n: int, d: int, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(updates[n, d], sample counts[n], losses[n]) drawn from a fixed torch.Generator on the CPU."""
+    gen = torch.Generator().manual_seed(seed)
+    updates = torch.randn(n, d, generator=gen).mul_(1e-2)
+    weights = torch.randint(10, 1000, (n,), generator=gen).float()
+    losses = torch.rand(n, generator=gen)
+    return updates.to(device), weights.to(device), losses.to(device)
+
+
+def best_time(fn, repeats: int, device: str) -> float:
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        fn()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def time_round(n: int, d: int, device: str, repeats: int) -> list[dict]:
+    """Time every registered rule on one random round of n updates."""
+    updates, weights, losses = random_round(n, d, device)
+    rows = []
+    for name in AGGREGATORS.names():
+        f = usable_f(name, n)
+        row = {"rule": name, "n": n, "d": d, "f": f, "device": device, "seconds": None, "note": ""}
+        if f is None:
+            row["note"] = f"skipped: {name} cannot run with n={n} for any f"
+        else:
+            agg = make_aggregator({"name": name}, f=f)
+            row["seconds"] = best_time(lambda agg=agg: agg(updates, weights, losses), repeats, device)
+            row["note"] = "" if f == n // 10 else f"f = n // 10 = {n // 10} not allowed; timed with f = 0"
+        rows.append(row)
+    return rows
+
+
+def time_aggregators(d: int, ns: tuple[int, ...] = (10, 100), device: str = "cpu", repeats: int = 3) -> list[dict]:
+    """One row per (rule, n): rule, n, d, f, device, seconds (None when skipped) and a note."""
+    return [row for n in ns for row in time_round(n, d, device, repeats)]

@@ -1,0 +1,177 @@
+"""Personalisation by finetuning from the global model w* (Ditto Table 2 and Section 3.2 baselines).
+
+Each method trains w* with FedAvg (and the configured aggregator) for the run's rounds, then, in the
+engine's finalize phase, every device runs ``epochs`` epochs of minibatch SGD (the run's lr and batch
+size) from v_k = w* on its own objective; the finetuned models evaluate the devices. Before the finalize
+phase, evaluations score the global model. Ditto runs 50 epochs (Appendix D.4, Table 2); the reference
+code (litian96/ditto, trainers_MTL/{ewc,kl}.py and trainers_global/finetuning.py) does the same.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fedarena.methods.base import METHODS, Method, StepContext, scatter_rows, sgd
+from fedarena.params import ConfigError
+from fedarena.simulation.data import Batch
+
+DITTO_FINETUNE_EPOCHS = 50
+
+
+class FinetunePhase(Method):
+    """FedAvg rounds, then per-device SGD from w* on F_k(v) + ``penalty_grad`` (none: plain finetuning)."""
+
+    name = "finetuning"
+    evaluates = "personal"
+
+    def __init__(self, epochs: int):
+        self.finalize_epochs = epochs
+
+    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(num_clients, -1).clone(),
+                "finetuned": torch.zeros(num_clients, dtype=w.dtype, device=w.device)}
+
+    def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
+        done = clients["finetuned"] > 0
+        if bool(done.all()):
+            return clients["personal"]
+        if not bool(done.any()):
+            return w
+        return torch.where(done[:, None], clients["personal"], w)
+
+    def finalize_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"v": w.expand(len(ids), -1).clone()}
+
+    def finalize_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        local = self.prepare(local, batch, ctx)
+        g = self.personal_grad(local, batch, ctx)
+        return {**local, "v": sgd(local["v"], g, ctx.lr, batch.active)}
+
+    def prepare(self, local: dict, batch: Batch, ctx: StepContext) -> dict:
+        return local
+
+    def personal_grad(self, local: dict, batch: Batch, ctx: StepContext) -> torch.Tensor:
+        _, g = ctx.backend.grad(local["v"], batch)
+        return g
+
+    def finalize_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict:
+        personal = scatter_rows(clients["personal"], ids, local["v"])
+        finetuned = clients["finetuned"].index_fill_(0, ids, 1.0)
+        return {**clients, "personal": personal, "finetuned": finetuned}
+
+
+class DittoFinetune(FinetunePhase):
+    """Ditto's finetuning solver (Ditto Section 3.2, Figure 6): w* by FedAvg, then every device minimises
+    h_k(v; w*) = F_k(v) + (lam/2) ||v - w*||^2 from v = w* (gradient grad F_k(v) + lam (v - w*))."""
+
+    name = "ditto_finetune"
+
+    def __init__(self, epochs: int, lam: float):
+        super().__init__(epochs)
+        self.lam = lam
+
+    def personal_grad(self, local, batch, ctx) -> torch.Tensor:
+        return super().personal_grad(local, batch, ctx) + self.lam * (local["v"] - ctx.w_round)
+
+
+def per_sample_grads(ctx: StepContext, params: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Gradients [n, B, d] of every sample's loss (each sample as its own one-sample batch)."""
+    n, width = batch.y.shape[:2]
+    single = Batch(batch.x.reshape(n * width, 1, *batch.x.shape[2:]), batch.y.reshape(n * width, 1),
+                   batch.mask.reshape(n * width, 1), batch.active.repeat_interleave(width),
+                   batch.index.reshape(n * width, 1))
+    _, g = ctx.backend.grad(params.repeat_interleave(width, dim=0), single)
+    return g.view(n, width, -1)
+
+
+class EWC(FinetunePhase):
+    """EWC finetuning (Kirkpatrick et al. 2017; Yu et al. 2020; Ditto Appendix C.2): every device minimises
+    F_k(v) + (lam/2) sum_i F_ii (v[i] - w*[i])^2 from w*, F_ii the diagonal empirical Fisher at w*:
+    the mean over the real samples of the device's first finetuning minibatch ("a data batch") of the
+    squared per-sample gradients. (The Ditto reference code squares minibatch gradients of 4 batches.)"""
+
+    name = "ewc"
+
+    def __init__(self, epochs: int, lam: float):
+        super().__init__(epochs)
+        self.lam = lam
+
+    def prepare(self, local: dict, batch: Batch, ctx: StepContext) -> dict:
+        if "fisher" in local:
+            return local
+        g = per_sample_grads(ctx, ctx.w_round.expand(len(local["v"]), -1), batch)  # at w*
+        count = batch.mask.sum(1).clamp_min(1)[:, None]
+        return {**local, "fisher": (g**2 * batch.mask[..., None]).sum(1) / count}
+
+    def personal_grad(self, local, batch, ctx) -> torch.Tensor:
+        g = super().personal_grad(local, batch, ctx)
+        return g + self.lam * local["fisher"] * (local["v"] - ctx.w_round)
+
+
+def symmetric_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || p*) + KL(p* || p) per sample, p = softmax(logits), p* = softmax(ref_logits)."""
+    log_p, log_ref = F.log_softmax(logits, -1), F.log_softmax(ref_logits, -1)
+    return ((log_p.exp() - log_ref.exp()) * (log_p - log_ref)).sum(-1)
+
+
+class SKL(FinetunePhase):
+    """Symmetrised-KL finetuning (Jiang et al. 2020; Ditto Appendix C.2): every device minimises
+    F_k(v) + (lam/2) (KL(f(v) || f(w*)) + KL(f(w*) || f(v))) from w*, f the softmax prediction, the KL
+    terms averaged over the minibatch's real samples. Classification models only."""
+
+    name = "skl"
+
+    def __init__(self, epochs: int, lam: float):
+        super().__init__(epochs)
+        self.lam = lam
+
+    def personal_grad(self, local, batch, ctx) -> torch.Tensor:
+        model = ctx.backend.model
+        if model.task != "classification":
+            raise ConfigError(f"skl needs a classification model (softmax predictions); task is {model.task!r}")
+        w_star = ctx.w_round.detach()
+
+        def loss(flat, x, y, mask):
+            out = model.forward(flat, x)
+            ref = model.forward(w_star, x).detach()
+            kl = (symmetric_kl(out, ref) * mask).sum() / mask.sum().clamp_min(1)
+            return model.loss(flat, x, y, mask) + 0.5 * self.lam * kl
+
+        _, g = ctx.backend.grad_of(loss, local["v"], batch)
+        return g
+
+
+def _check(name: str, epochs: int, lam: float | None = None) -> None:
+    if epochs < 0:
+        raise ConfigError(f"{name} epochs must be >= 0, got {epochs}")
+    if lam is not None and lam < 0:
+        raise ConfigError(f"{name} lam must be >= 0, got {lam}")
+
+
+@METHODS.register("finetuning")
+def finetuning(*, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
+    """Plain finetuning (Ditto Table 2): FedAvg, then ``epochs`` epochs of local SGD on F_k from w*."""
+    _check("finetuning", epochs)
+    return FinetunePhase(epochs)
+
+
+@METHODS.register("ditto_finetune")
+def ditto_finetune(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
+    """Ditto objective solved by finetuning: ``lam`` as Ditto's lambda, ``epochs`` of SGD on h_k from w*."""
+    _check("ditto_finetune", epochs, lam)
+    return DittoFinetune(epochs, float(lam))
+
+
+@METHODS.register("ewc")
+def ewc(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
+    """EWC finetuning: ``lam`` weighs the Fisher-diagonal penalty; ``epochs`` of SGD from w*."""
+    _check("ewc", epochs, lam)
+    return EWC(epochs, float(lam))
+
+
+@METHODS.register("skl")
+def skl(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
+    """Symmetrised-KL finetuning: ``lam`` weighs the KL to w*'s predictions; ``epochs`` of SGD from w*."""
+    _check("skl", epochs, lam)
+    return SKL(epochs, float(lam))
