@@ -16,3 +16,14 @@ def small_config():
         return ExperimentConfig.from_dict(data)
 
     return make
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Tiny models on 2 cores: intra-op threads only add contention (tests ran 10x slower under load)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -76,6 +76,12 @@ def test_trimmed_mean_drops_f_at_each_end_per_coordinate():
     expect(run("trimmed_mean", updates, f=1), (1.02, 2.28))  # one trimmed: the second outlier leaks into y
 
 
+def test_trimmed_mean_matches_sorting_on_random_data():
+    updates = torch.randn(11, 40, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    expected = updates.sort(dim=0).values[3:8].mean(dim=0)
+    assert torch.allclose(run("trimmed_mean", updates, f=3), expected, atol=1e-12)
+
+
 def test_trimmed_mean_beta_overrides_f():
     updates, _, _ = round_of_seven()
     expect(run("trimmed_mean", updates, f=0, beta=0.3), (1.0, 3.5 / 3))  # floor(0.3 * 7) = 2

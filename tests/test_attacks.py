@@ -47,7 +47,8 @@ def test_malicious_set_has_round_level_times_k_members_and_is_fixed_by_the_seed(
     b = build_threat({"name": "a2", "level": 0.37}, ds, np.random.default_rng(7))
     assert a.malicious.sum() == 4  # round(3.7)
     assert np.array_equal(a.malicious, b.malicious)
-    others = [build_threat({"name": "a2", "level": 0.37}, ds, np.random.default_rng(s)).malicious for s in range(5)]
+    section = {"name": "a2", "level": 0.37}
+    others = [build_threat(section, ds, np.random.default_rng(s)).malicious for s in range(5)]
     assert any(not np.array_equal(m, a.malicious) for m in others)
 
 
@@ -146,7 +147,8 @@ def test_poison_labels_option_gives_a2_and_a3_devices_a1_labels(name):
 
 # --- model attacks ----------------------------------------------------------------------------------------
 
-UPDATES = torch.tensor([[1.0, -2.0, 0.5], [3.0, 2.0, 1.0], [2.0, 7.0, -1.5], [0.0, 4.0, 2.0], [-1.0, 1.0, 1.0]])
+UPDATES = torch.tensor([[1.0, -2.0, 0.5], [3.0, 2.0, 1.0], [2.0, 7.0, -1.5],  # benign
+                        [0.0, 4.0, 2.0], [-1.0, 1.0, 1.0]])  # malicious
 BAD = torch.tensor([False, False, False, True, True])
 
 
@@ -157,7 +159,8 @@ def tamper_of(name, **params):
 
 def test_a2_sends_zero_mean_noise_with_each_devices_own_std():
     d = 40000
-    honest = torch.stack([torch.full((d,), 0.25), 3.0 * (-1.0) ** torch.arange(d), 0.5 * torch.randn(d, generator=torch.Generator().manual_seed(0))])
+    spread = 0.5 * torch.randn(d, generator=torch.Generator().manual_seed(0))
+    honest = torch.stack([torch.full((d,), 0.25), 3.0 * (-1.0) ** torch.arange(d), spread])
     bad = torch.tensor([False, True, True])
     before = honest.clone()
     out = tamper_of("a2")(honest, bad, torch.Generator().manual_seed(1))
@@ -170,8 +173,9 @@ def test_a2_sends_zero_mean_noise_with_each_devices_own_std():
 
 def test_a2_fixed_std_and_reproducible_noise():
     updates = torch.zeros(3, 50000)
-    out = tamper_of("a2", std=0.1)(updates, torch.tensor([True, False, True]), torch.Generator().manual_seed(4))
-    again = tamper_of("a2", std=0.1)(updates, torch.tensor([True, False, True]), torch.Generator().manual_seed(4))
+    bad = torch.tensor([True, False, True])
+    out = tamper_of("a2", std=0.1)(updates, bad, torch.Generator().manual_seed(4))
+    again = tamper_of("a2", std=0.1)(updates, bad, torch.Generator().manual_seed(4))
     assert torch.equal(out, again) and torch.equal(out[1], updates[1])
     assert out[0].std().item() == pytest.approx(0.1, rel=0.02)
     assert not torch.equal(out[0], out[2])

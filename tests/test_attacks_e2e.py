@@ -14,7 +14,7 @@ from fedarena.simulation.runner import run_experiment
 SETTINGS = {"dataset": {"name": "digits"}, "rounds": 15, "local_steps": 5, "clients_per_round": 10,
             "eval_every": 15, "seed": 0}
 # (attack section at a high level, margin by which it must lower the clean benign accuracy); seed 0
-# gives drops of 0.19 to 0.75 here (checked on seeds 0-2: every drop >= 0.15)
+# gives drops of 0.15 to 0.74 here (seeds 1 and 2: 0.18 to 0.78)
 ATTACKED = {
     "a1": ({"name": "a1", "level": 0.8}, 0.1),
     "a2": ({"name": "a2", "level": 0.8}, 0.1),
@@ -23,8 +23,8 @@ ATTACKED = {
     "sign_flip": ({"name": "sign_flip", "level": 0.5}, 0.2),
     "alie": ({"name": "alie", "level": 0.5}, 0.1),
     "ipm": ({"name": "ipm", "level": 0.5}, 0.1),
-    "persistent_random_corruption": ({"name": "persistent_random_corruption", "level": 0.8, "scope": "malicious",
-                                      "sample_fraction": 1.0, "pixel_fraction": 1.0}, 0.1),
+    "persistent_random_corruption": ({"name": "persistent_random_corruption", "level": 0.8,
+                                      "scope": "malicious", "sample_fraction": 1.0, "pixel_fraction": 1.0}, 0.1),
     "persistent_gaussian_noise": ({"name": "persistent_gaussian_noise", "level": 0.8, "scope": "malicious",
                                    "sample_fraction": 1.0, "std": 10.0}, 0.1),
 }
@@ -42,7 +42,8 @@ def one_thread():
 @functools.cache
 def run(method: str, attack: str) -> dict:
     section = {"name": "none", "level": 0.0} if attack == "clean" else ATTACKED[attack][0]
-    return run_experiment(ExperimentConfig.from_dict({**SETTINGS, "method": {"name": method}, "attack": section}))
+    cfg = ExperimentConfig.from_dict({**SETTINGS, "method": {"name": method}, "attack": section})
+    return run_experiment(cfg)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKED))
@@ -58,8 +59,8 @@ def test_local_training_of_benign_clients_is_unaffected(attack):
     malicious = set(attacked["malicious_clients"])
     assert len(malicious) == round(ATTACKED[attack][0]["level"] * 30)
     same = [k for k in range(30) if k not in malicious]
-    assert [attacked["clients"][k]["accuracy"] for k in same] == [clean["clients"][k]["accuracy"] for k in same]
-    assert [attacked["clients"][k]["loss"] for k in same] == [clean["clients"][k]["loss"] for k in same]
+    for key in ("accuracy", "loss"):
+        assert [attacked["clients"][k][key] for k in same] == [clean["clients"][k][key] for k in same]
 
 
 def test_cli_runs_an_attack_and_records_it(tmp_path, capsys):

@@ -5,6 +5,12 @@ An attack is registered as ``build(dataset, malicious, rng, *, **hyperparameters
   validation and test data stay clean),
 - ``Effect.corrupt``: a per-round data attack (persistent outliers) on the selected clients' training data,
 - ``Effect.tamper``: a model attack replacing the updates that malicious clients send.
+
+The level is the fraction of all clients in the malicious set: round(level * K) clients drawn once per
+trial from the attack stream, uniformly without replacement (plus any the dataset marks adversarial).
+Level 0 means no malicious client; for FedTilt's persistent outliers with ``scope="all"`` that is the
+paper's setting (outliers in every participating client, see ``outliers.py``).
+Attacks live in ``labels.py`` (a1), ``model.py`` (a2, a3, sign_flip, alie, ipm) and ``outliers.py``.
 """
 
 from __future__ import annotations

@@ -27,14 +27,15 @@ def poisoned_labels(y: torch.Tensor, task: str, num_classes: int, rng: np.random
     if task == "binary_pm1":
         return -y
     if task != "classification":
-        raise ConfigError(f"label poisoning (a1) needs a classification task; this dataset's task is {task!r}")
+        raise ConfigError(f"label poisoning (a1) needs a classification task; this dataset's is {task!r}")
     if num_classes == 2:
         return 1 - y
     drawn = rng.integers(0, num_classes, size=len(y))
     return torch.as_tensor(drawn, dtype=y.dtype, device=y.device)
 
 
-def poison_dataset(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> FederatedDataset:
+def poison_dataset(dataset: FederatedDataset, malicious: np.ndarray,
+                   rng: np.random.Generator) -> FederatedDataset:
     """A copy of ``dataset`` whose malicious clients hold A1 training labels (clients in index order)."""
     if dataset.task not in ("classification", "binary_pm1"):
         raise ConfigError(f"label poisoning needs a classification dataset; {dataset.name!r} has task "

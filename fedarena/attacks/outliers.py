@@ -92,13 +92,13 @@ def _malicious_only(attack: str, scope: str, malicious: np.ndarray) -> bool:
                           "(FedTilt), so it takes level 0; set scope='malicious' to restrict the outliers "
                           "to a malicious fraction of the clients")
     if scope == "malicious" and not malicious.any():
-        raise ConfigError(f"attack {attack!r} with scope='malicious' needs a level > 0 (no client is malicious)")
+        raise ConfigError(f"attack {attack!r} with scope='malicious' needs a level > 0 (no malicious client)")
     return scope == "malicious"
 
 
 @ATTACKS.register("persistent_random_corruption")
-def persistent_random_corruption(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
-                                 sample_fraction: float = 0.3, pixel_fraction: float = 0.3,
+def persistent_random_corruption(dataset: FederatedDataset, malicious: np.ndarray,
+                                 rng: np.random.Generator, *, sample_fraction: float = 0.3, pixel_fraction: float = 0.3,
                                  scope: str = "all") -> Effect:
     """FedTilt persistent random corruption (30% of the pixels of 30% of the samples, every round)."""
     name = "persistent_random_corruption"

@@ -45,7 +45,7 @@ class Active:
     spec: TrialSpec
     run_id: str
     last_round: int = 0  # last round whose metrics are in the store
-    fingerprint_logged: bool = False
+    resumed_from: int | None = None  # start round of the attempt whose reports arrive (None: none yet)
 
 
 def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
@@ -97,10 +97,11 @@ class TrackingCallback(tune.Callback):
         run = self.active.get(trial.trial_id)
         if run is None:
             return
-        if not run.fingerprint_logged and result.get("dataset_fingerprint"):
-            self.store.set_tags(run.run_id, {"dataset_fingerprint": result["dataset_fingerprint"],
-                                             RESUMED_FROM: result.get("resumed_from_round", 0)})
-            run.fingerprint_logged = True
+        start = result.get("resumed_from_round", 0)
+        if run.resumed_from != start:  # first report of an attempt (the first one, or a retry)
+            self.store.set_tags(run.run_id, {"dataset_fingerprint": result.get("dataset_fingerprint", ""),
+                                             RESUMED_FROM: start})
+            run.resumed_from = start
         if result.get("evaluated") and result["round"] > run.last_round:
             self.store.log_round(run.run_id, result["round"], result)
             run.last_round = result["round"]

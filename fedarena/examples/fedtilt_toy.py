@@ -93,7 +93,7 @@ def reproduce(out: Path, rounds: int = 100, seed: int = 0, lr: float = 0.1) -> d
             results[f"experiment {experiment}: {name}"] = summary
         for client in range(2):
             plot_client(axes[client, col], trial, client, runs, f"experiment {experiment}, client {client + 1}")
-    axes[0, 0].legend(fontsize=7)
+        axes[0, col].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "fedtilt_toy.png", dpi=120)
     plt.close(fig)

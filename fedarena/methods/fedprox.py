@@ -14,6 +14,8 @@ from fedarena.simulation.data import Batch
 
 
 class FedProx(Method):
+    """FedProx's local solver: SGD on F_k(w_k) + (mu/2) ||w_k - w^t||^2 (see the module docstring)."""
+
     name = "fedprox"
 
     def __init__(self, mu: float):

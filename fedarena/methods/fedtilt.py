@@ -42,6 +42,9 @@ def repeat_batch(batch: Batch, times: int) -> Batch:
 
 
 class FedTilt(Method):
+    """FedTilt Algorithm 1 (see the module docstring): tilted intermediate and personal models per client,
+    tilted aggregation over the distances of the intermediate models on the server."""
+
     name = "fedtilt"
     evaluates = "personal"
 

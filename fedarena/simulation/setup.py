@@ -17,7 +17,8 @@ from fedarena.attacks.base import ATTACKS, STRUCTURAL_KEYS, attack_params
 from fedarena.config import ExperimentConfig
 from fedarena.datasets import DATASETS, FederatedDataset, build_dataset, dataset_options
 from fedarena.methods.aggregators import AGGREGATORS, check_aggregator, expected_malicious, make_aggregator
-from fedarena.methods.aggregators.builder import RULE_ARGUMENTS
+from fedarena.methods.aggregators.builder import RULE_ARGUMENTS, pre_names
+from fedarena.methods.aggregators.builder import STRUCTURAL_KEYS as STRUCTURAL_AGGREGATOR_KEYS
 from fedarena.methods.base import METHODS, Aggregate, Method, build_method
 from fedarena.models import MODELS, FlatModel, build_model
 from fedarena.params import ConfigError, hyperparameters, resolve
@@ -97,8 +98,16 @@ def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
     data["method"] = {"name": cfg.method["name"], **resolve("method", cfg.method["name"], method_fn, _without_name(cfg.method))}
     data["attack"] = {"name": cfg.attack["name"], "level": float(cfg.attack.get("level", 0.0)),
                       **attack_params(cfg.attack)}
-    AGGREGATORS.get(cfg.aggregator["name"])
+    data["aggregator"] = _resolved_aggregator(cfg.aggregator)
     return ExperimentConfig.from_dict(data)
+
+
+def _resolved_aggregator(section: dict) -> dict:
+    """name, pre-aggregators, f (None: computed from the attack level) and the rule's hyperparameters."""
+    name = section["name"]
+    given = {k: v for k, v in section.items() if k not in STRUCTURAL_AGGREGATOR_KEYS}
+    params = resolve("aggregator", name, AGGREGATORS.get(name), given, exclude=RULE_ARGUMENTS)
+    return {"name": name, "pre": list(pre_names(section)), "f": section.get("f"), **params}
 
 
 def _without_name(section: dict) -> dict:
@@ -128,7 +137,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
 
 def _server_rule(cfg: ExperimentConfig, method: Method, threat: ThreatModel, num_clients: int):
     if not method.uses_aggregator:
-        if cfg.aggregator["name"] != "mean" or len(cfg.aggregator) > 1:
+        if cfg.aggregator["name"] != "mean" or cfg.aggregator.get("pre"):
             raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
                               f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
         return None, False

@@ -6,7 +6,8 @@ krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, 
 (``iterative``). Rules that read the clients' losses at the global model are listed in ``NEEDS_LOSSES``.
 """
 
-from fedarena.methods.aggregators import coordinatewise, iterative, krum, mgda, simple  # noqa: F401  (registers)
+# Importing the rule modules registers them.
+from fedarena.methods.aggregators import coordinatewise, iterative, krum, mgda, simple  # noqa: F401
 from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS, NEEDS_LOSSES, PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import (
     Aggregator,

@@ -31,28 +31,25 @@ NEEDS_LOSSES: set[str] = set()
 CHUNK_ELEMENTS = 1 << 22
 
 
-def no_check(n: int, f: int, **params) -> None:
-    """Rules defined for every n >= 1 and f >= 0."""
+def check_common(n: int, f: int, **params) -> None:
+    """The check of rules defined for every n >= 1 and f >= 0."""
+    if n < 1:
+        raise ConfigError(f"an aggregator needs at least one update, got n={n}")
+    if f < 0:
+        raise ConfigError(f"the number of malicious clients f must be >= 0, got f={f}")
 
 
-def aggregator(name: str, *, check: Check = no_check, needs_losses: bool = False):
+def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False):
     """Register ``fn`` as aggregator ``name`` with its feasibility check."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, fn)
-        CHECKS[name] = check
+        CHECKS[name] = check_common if check is None else check
         if needs_losses:
             NEEDS_LOSSES.add(name)
         return fn
 
     return decorator
-
-
-def check_common(n: int, f: int) -> None:
-    if n < 1:
-        raise ConfigError(f"an aggregator needs at least one update, got n={n}")
-    if f < 0:
-        raise ConfigError(f"the number of malicious clients f must be >= 0, got f={f}")
 
 
 def check_updates(updates: torch.Tensor, f: int) -> int:
@@ -76,7 +73,9 @@ def as_vector(values: torch.Tensor, like: torch.Tensor, what: str) -> torch.Tens
 
 def require_losses(losses: torch.Tensor | None, updates: torch.Tensor, rule: str) -> torch.Tensor:
     if losses is None:
-        raise ConfigError(f"aggregator {rule!r} needs each client's training loss at the global model; got none")
+        raise ConfigError(
+            f"aggregator {rule!r} needs each client's training loss at the global model; got none"
+        )
     return as_vector(losses, updates, "losses")
 
 
@@ -88,26 +87,28 @@ def column_blocks(x: torch.Tensor) -> list[slice]:
 
 
 def columnwise(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """Apply a coordinate-wise reduction [n, c] -> [c] over column blocks to bound temporary memory."""
-    blocks = column_blocks(x)
-    if len(blocks) == 1:
-        return fn(x)
-    return torch.cat([fn(x[:, cols]) for cols in blocks])
+    """A coordinate-wise reduction of x [n, d] -> [d], block by block to bound temporary memory: ``fn`` gets
+    a contiguous [c, n] block (one coordinate per row; reducing along rows is faster) and returns [c]."""
+    return torch.cat([fn(x[:, cols].T.contiguous()) for cols in column_blocks(x)])
+
+
+def median_along(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Median along ``dim`` with the np.median convention: for an even count, the mean of the middle two."""
+    n = x.shape[dim]
+    lower = x.kthvalue((n + 1) // 2, dim=dim).values
+    if n % 2:
+        return lower
+    return (lower + x.kthvalue(n // 2 + 1, dim=dim).values) / 2
 
 
 def coordinate_median(x: torch.Tensor) -> torch.Tensor:
-    """Coordinate-wise median of [n, d] -> [d]; for even n the mean of the two middle values (np.median)."""
-    n = x.shape[0]
-    lower = x.kthvalue((n + 1) // 2, dim=0).values
-    if n % 2:
-        return lower
-    upper = x.kthvalue(n // 2 + 1, dim=0).values
-    return (lower + upper) / 2
+    """Coordinate-wise median of x [n, d] -> [d] (np.median convention)."""
+    return columnwise(lambda block: median_along(block, 1), x)
 
 
 def vector_median(values: torch.Tensor) -> torch.Tensor:
-    """Median of a 1-D tensor with the np.median convention (mean of the two middle values for even n)."""
-    return coordinate_median(values.reshape(-1, 1))[0]
+    """Median of a 1-D tensor (np.median convention)."""
+    return median_along(values, 0)
 
 
 def row_sq_distances(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

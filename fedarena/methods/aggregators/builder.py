@@ -36,7 +36,9 @@ class Aggregator:
     def needs_losses(self) -> bool:
         return self.name in NEEDS_LOSSES
 
-    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None
+    ) -> torch.Tensor:
         for pre_aggregate in self.pre_fns:
             updates = pre_aggregate(updates)
         return self.rule(updates, weights=weights, losses=losses, f=self.f, **self.params)
@@ -45,14 +47,18 @@ class Aggregator:
 def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
     pre = section.get("pre") or ()
     if isinstance(pre, str) or not all(isinstance(p, str) for p in pre):
-        raise ConfigError(f"aggregator 'pre' must be a list of names ({', '.join(PRE_AGGREGATORS.names())}), got {pre!r}")
+        raise ConfigError(
+            f"aggregator 'pre' must be a list of names ({', '.join(PRE_AGGREGATORS.names())}), got {pre!r}"
+        )
     return tuple(pre)
 
 
 def resolve_f(section: Mapping[str, Any], f: int) -> int:
     chosen = f if section.get("f") is None else section["f"]
     if isinstance(chosen, bool) or not isinstance(chosen, int) or chosen < 0:
-        raise ConfigError(f"aggregator f (number of malicious clients assumed) must be an integer >= 0, got {chosen!r}")
+        raise ConfigError(
+            f"aggregator f (number of malicious clients assumed) must be an integer >= 0, got {chosen!r}"
+        )
     return chosen
 
 
@@ -60,7 +66,9 @@ def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
     """Resolve ``section`` into a callable ``Aggregator``; unknown names or hyperparameters raise errors
     that list the allowed ones."""
     if "name" not in section:
-        raise ConfigError(f"an aggregator section needs a 'name'; available: {', '.join(AGGREGATORS.names())}")
+        raise ConfigError(
+            f"an aggregator section needs a 'name'; available: {', '.join(AGGREGATORS.names())}"
+        )
     name = section["name"]
     rule = AGGREGATORS.get(name)
     pre = pre_names(section)

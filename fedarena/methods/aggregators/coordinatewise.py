@@ -15,11 +15,13 @@ from fedarena.params import ConfigError
 
 
 @aggregator("median")
-def median(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def median(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Coordinate-wise median (Yin et al. 2018; Ditto's 'median', reference ``median_average`` = np.median):
     for an even number of updates, the mean of the two middle values of each coordinate."""
     check_updates(updates, f)
-    return columnwise(coordinate_median, updates)
+    return coordinate_median(updates)
 
 
 def trim_count(n: int, f: int, beta: float | None) -> int:
@@ -30,11 +32,14 @@ def trim_count(n: int, f: int, beta: float | None) -> int:
 def check_trimmed_mean(n: int, f: int, *, beta: float | None = None) -> None:
     check_common(n, f)
     if beta is not None and not 0 <= beta < 0.5:
-        raise ConfigError(f"trimmed_mean: beta is the fraction trimmed at each end and must be in [0, 0.5), got {beta}")
+        raise ConfigError(
+            f"trimmed_mean: beta is the fraction trimmed at each end and must be in [0, 0.5), got {beta}"
+        )
     trimmed = trim_count(n, f, beta)
     if 2 * trimmed >= n:
         raise ConfigError(
-            f"trimmed_mean drops {trimmed} values at each end of every coordinate and needs 2 * {trimmed} < n = {n}"
+            f"trimmed_mean drops {trimmed} values at each end of every coordinate"
+            f" and needs 2 * {trimmed} < n = {n}"
         )
 
 
@@ -54,4 +59,13 @@ def trimmed_mean(
     trimmed = trim_count(n, f, beta)
     if trimmed == 0:
         return updates.mean(dim=0)
-    return columnwise(lambda x: x.sort(dim=0).values[trimmed : n - trimmed].mean(dim=0), updates)
+    return columnwise(lambda block: trimmed_block_mean(block, trimmed), updates)
+
+
+def trimmed_block_mean(block: torch.Tensor, trimmed: int) -> torch.Tensor:
+    """Per row of a [c, n] block: (sum - the t largest - the t smallest) / (n - 2t), summed in float64
+    (two top-k passes are several times cheaper than a sort for small t)."""
+    total = block.sum(dim=1, dtype=torch.float64)
+    high = block.topk(trimmed, dim=1).values.sum(dim=1, dtype=torch.float64)
+    low = block.topk(trimmed, dim=1, largest=False).values.sum(dim=1, dtype=torch.float64)
+    return ((total - high - low) / (block.shape[1] - 2 * trimmed)).to(block.dtype)

@@ -9,7 +9,6 @@ from fedarena.methods.aggregators.base import (
     as_vector,
     check_common,
     check_updates,
-    columnwise,
     coordinate_median,
     row_sq_distances,
 )
@@ -24,7 +23,9 @@ def check_geometric_median(n: int, f: int, *, iters: int = 100, eps: float = 1e-
         raise ConfigError(f"geometric_median needs iters >= 1, eps > 0, tol >= 0; got {iters}, {eps}, {tol}")
 
 
-def weiszfeld_objective(updates: torch.Tensor, alpha: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def weiszfeld_objective(
+    updates: torch.Tensor, alpha: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum_i alpha_i ||v - x_i||, the distances)."""
     dist = row_sq_distances(updates, v).sqrt()
     return alpha @ dist, dist
@@ -41,7 +42,7 @@ def geometric_median(
     eps: float = 1e-6,
     tol: float = 1e-6,
 ) -> torch.Tensor:
-    """RFA (Pillutla, Kakade, Harchaoui 2019): the weighted geometric median argmin_v sum_i alpha_i ||v - x_i||,
+    """RFA (Pillutla, Kakade, Harchaoui 2019): weighted geometric median argmin_v sum_i alpha_i ||v - x_i||,
     alpha = sample counts normalised, by the smoothed Weiszfeld algorithm: start at the weighted mean, then
     beta_i = alpha_i / max(eps, ||v - x_i||), v <- sum_i beta_i x_i / sum_i beta_i, for at most ``iters``
     iterations, stopping once the objective improves by at most tol * objective. (RFA's own runs use a few
@@ -64,7 +65,9 @@ def geometric_median(
     return v
 
 
-def check_centered_clipping(n: int, f: int, *, tau: float = 1.0, iters: int = 1, center: str = "median") -> None:
+def check_centered_clipping(
+    n: int, f: int, *, tau: float = 1.0, iters: int = 1, center: str = "median"
+) -> None:
     check_common(n, f)
     if tau <= 0 or iters < 1:
         raise ConfigError(f"centered_clipping needs tau > 0 and iters >= 1; got tau={tau}, iters={iters}")
@@ -90,7 +93,7 @@ def centered_clipping(
     as in the paper; tau is in the units of the updates."""
     n = check_updates(updates, f)
     check_centered_clipping(n, f, tau=tau, iters=iters, center=center)
-    v = columnwise(coordinate_median, updates) if center == "median" else updates.new_zeros(updates.shape[1])
+    v = coordinate_median(updates) if center == "median" else updates.new_zeros(updates.shape[1])
     for _ in range(iters):
         scale = (tau / row_sq_distances(updates, v).sqrt().clamp_min(1e-30)).clamp(max=1.0)
         v = v + (scale @ updates - scale.sum() * v) / n  # v + mean_i scale_i (x_i - v)

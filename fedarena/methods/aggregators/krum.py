@@ -10,7 +10,7 @@ from fedarena.methods.aggregators.base import (
     check_common,
     check_updates,
     columnwise,
-    coordinate_median,
+    median_along,
     pairwise_sq_distances,
     subset_mean,
 )
@@ -31,14 +31,20 @@ def krum_scores(sq_dist: torch.Tensor, neighbours: int, active: torch.Tensor | N
 def check_krum(n: int, f: int, **params) -> None:
     check_common(n, f)
     if n - f - 2 < 1:
-        raise ConfigError(f"krum scores the n - f - 2 nearest neighbours and needs 2f + 2 < n, got n={n}, f={f}")
+        raise ConfigError(
+            f"krum scores the n - f - 2 nearest neighbours and needs n - f - 2 >= 1, got n={n}, f={f}"
+            " (its robustness guarantee further assumes 2f + 2 < n)"
+        )
 
 
 @aggregator("krum", check=check_krum)
-def krum(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def krum(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Krum (Blanchard et al. 2017): score_i = sum of squared L2 distances from update i to its k = n - f - 2
     nearest other updates; return the update with the lowest score (ties: lowest index). Same k as Ditto's
-    reference ``krum_average`` (ByzFL uses n - f - 1)."""
+    reference ``krum_average`` (ByzFL uses n - f - 1). Raises where k < 1; like Ditto's experiments (f = 5 of
+    n = 10), it runs when 2f + 2 >= n, outside the paper's guarantee."""
     n = check_updates(updates, f)
     check_krum(n, f)
     scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
@@ -93,15 +99,21 @@ def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
     return torch.stack(chosen)
 
 
-def closest_to_median_mean(selected: torch.Tensor, keep: int) -> torch.Tensor:
-    """Per coordinate, the mean of the ``keep`` values closest to the coordinate-wise median."""
-    centre = coordinate_median(selected)
-    nearest = (selected - centre).abs().topk(keep, dim=0, largest=False).indices
-    return selected.gather(0, nearest).mean(dim=0)
+def closest_to_median_mean(block: torch.Tensor, keep: int) -> torch.Tensor:
+    """Per row of a [c, theta] block, the mean of the ``keep`` values closest to the row's median (the float64
+    sum minus the farthest ones: top-k over the few dropped is cheaper than over the many kept)."""
+    drop = block.shape[1] - keep
+    if drop == 0:
+        return block.mean(dim=1)
+    farthest = (block - median_along(block, 1)[:, None]).abs().topk(drop, dim=1).indices
+    dropped = block.gather(1, farthest).sum(dim=1, dtype=torch.float64)
+    return ((block.sum(dim=1, dtype=torch.float64) - dropped) / keep).to(block.dtype)
 
 
 @aggregator("bulyan", check=check_bulyan)
-def bulyan(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def bulyan(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Bulyan over Krum (El Mhamdi et al. 2018): choose theta = n - 2f updates by iterated Krum (see
     ``iterated_krum``), then in every coordinate average the beta = theta - 2f values closest to the
     coordinate-wise median of the chosen ones (np.median convention for even theta). Needs n >= 4f + 3."""
@@ -109,4 +121,4 @@ def bulyan(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor
     check_bulyan(n, f)
     theta = n - 2 * f
     selected = iterated_krum(pairwise_sq_distances(updates), f, theta)
-    return columnwise(lambda block: closest_to_median_mean(block[selected], theta - 2 * f), updates)
+    return columnwise(lambda block: closest_to_median_mean(block[:, selected], theta - 2 * f), updates)

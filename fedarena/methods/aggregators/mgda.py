@@ -53,12 +53,16 @@ def min_norm_weights(gram: torch.Tensor, eps: float, iters: int, tol: float) -> 
     return x_prev
 
 
-def check_fedmgda(n: int, f: int, *, eps: float = 0.1, lr: float = 1.0, iters: int = 10000, tol: float = 1e-12) -> None:
+def check_fedmgda(
+    n: int, f: int, *, eps: float = 0.1, lr: float = 1.0, iters: int = 10000, tol: float = 1e-12
+) -> None:
     check_common(n, f)
     if eps < 0:
         raise ConfigError(f"fedmgda_plus: eps bounds |lambda_i - 1/n| and must be >= 0, got {eps}")
     if lr <= 0 or iters < 1 or tol <= 0:
-        raise ConfigError(f"fedmgda_plus needs lr > 0, iters >= 1, tol > 0; got lr={lr}, iters={iters}, tol={tol}")
+        raise ConfigError(
+            f"fedmgda_plus needs lr > 0, iters >= 1, tol > 0; got lr={lr}, iters={iters}, tol={tol}"
+        )
 
 
 @aggregator("fedmgda_plus", check=check_fedmgda)

@@ -29,7 +29,9 @@ def usable_f(name: str, n: int) -> int | None:
     return None
 
 
-def random_round(n: int, d: int, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_round(
+    n: int, d: int, device: str, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(updates[n, d], sample counts[n], losses[n]) drawn from a fixed torch.Generator on the CPU."""
     gen = torch.Generator().manual_seed(seed)
     updates = torch.randn(n, d, generator=gen).mul_(1e-2)
@@ -69,6 +71,8 @@ def time_round(n: int, d: int, device: str, repeats: int) -> list[dict]:
     return rows
 
 
-def time_aggregators(d: int, ns: tuple[int, ...] = (10, 100), device: str = "cpu", repeats: int = 3) -> list[dict]:
+def time_aggregators(
+    d: int, ns: tuple[int, ...] = (10, 100), device: str = "cpu", repeats: int = 3
+) -> list[dict]:
     """One row per (rule, n): rule, n, d, f, device, seconds (None when skipped) and a note."""
     return [row for n in ns for row in time_round(n, d, device, repeats)]

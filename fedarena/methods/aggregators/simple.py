@@ -24,7 +24,9 @@ NORM_GUARD = 1e-10  # the reference's l2_clip divides by norm + 1e-10
 
 
 @aggregator("mean")
-def mean(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def mean(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Uniform mean of the updates (Ditto Algorithm 2 / FedAvg as in Ditto: clients are sampled with
     probability proportional to their sample counts, and their updates are averaged uniformly)."""
     check_updates(updates, f)
@@ -59,7 +61,7 @@ def term(
 
 
 def median_norm_factors(updates: torch.Tensor) -> torch.Tensor:
-    """[n] factors min(1, threshold / (norm_i + 1e-10)) with threshold = the median of the norms (np.median)."""
+    """[n] factors min(1, threshold / (norm_i + 1e-10)), threshold = the median norm (np.median)."""
     norms = updates.norm(dim=1)
     threshold = vector_median(norms)
     return torch.where(norms > threshold, threshold / (norms + NORM_GUARD), torch.ones_like(norms))
@@ -92,7 +94,9 @@ def check_keeps_one(n: int, f: int, **params) -> None:
 
 
 @aggregator("k_norm", check=check_keeps_one)
-def k_norm(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def k_norm(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Drop the f updates with the largest L2 norms and average the other n - f uniformly (Ditto's 'k-norm',
     after the norm-based anomaly detector of Bagdasaryan et al. 2020; reference ``k_norm_average``)."""
     n = check_updates(updates, f)
@@ -101,9 +105,10 @@ def k_norm(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor
     return subset_mean(updates, keep)
 
 
-
 @aggregator("k_loss", check=check_keeps_one, needs_losses=True)
-def k_loss(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int) -> torch.Tensor:
+def k_loss(
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+) -> torch.Tensor:
     """Return the single update whose training loss at the global model is the (n - f)-th smallest, i.e. the
     (f + 1)-th largest (Ditto's 'k-loss', reference ``k_loss_average``: ``argsort(losses)[n - f - 1]``)."""
     n = check_updates(updates, f)
