@@ -14,10 +14,10 @@ TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 SYNTHETIC = {"label": "syn", "dataset": {"name": "synthetic", "num_clients": 6, "max_samples": 60, "dim": 5}}
 
 
-def suite_data(name: str, **changes) -> dict:
+def suite_data(suite_name: str, **changes) -> dict:
     """A small valid suite using only components of the engine skeleton (global, local, ditto, none)."""
     data = {
-        "name": name,
+        "name": suite_name,
         "description": "test suite",
         "methods": [{"label": "global", "method": {"name": "global"}},
                     {"label": "ditto_lam0.5", "method": {"name": "ditto", "lam": 0.5}}],

@@ -71,6 +71,14 @@ def as_vector(values: torch.Tensor, like: torch.Tensor, what: str) -> torch.Tens
     return vec
 
 
+def normalised_weights(weights: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
+    """Sample counts as [n] weights summing to one; negative counts or a zero total are errors."""
+    vec = as_vector(weights, updates, "weights")
+    if bool((vec < 0).any()) or not bool(vec.sum() > 0):
+        raise ConfigError(f"weights must be non-negative with a positive sum, got {vec.tolist()}")
+    return vec / vec.sum()
+
+
 def require_losses(losses: torch.Tensor | None, updates: torch.Tensor, rule: str) -> torch.Tensor:
     if losses is None:
         raise ConfigError(

@@ -6,10 +6,10 @@ import torch
 
 from fedarena.methods.aggregators.base import (
     aggregator,
-    as_vector,
     check_common,
     check_updates,
     coordinate_median,
+    normalised_weights,
     row_sq_distances,
 )
 from fedarena.params import ConfigError
@@ -49,10 +49,7 @@ def geometric_median(
     iterations; the default here converges on typical inputs.)"""
     n = check_updates(updates, f)
     check_geometric_median(n, f, iters=iters, eps=eps, tol=tol)
-    alpha = as_vector(weights, updates, "weights")
-    if bool((alpha < 0).any()) or not bool(alpha.sum() > 0):
-        raise ConfigError(f"weights must be non-negative with a positive sum, got {alpha.tolist()}")
-    alpha = alpha / alpha.sum()
+    alpha = normalised_weights(weights, updates)
     v = alpha @ updates
     objective, dist = weiszfeld_objective(updates, alpha, v)
     for _ in range(iters):

@@ -83,8 +83,9 @@ def check_bulyan(n: int, f: int, **params) -> None:
 
 def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
     """Indices of ``count`` updates chosen one at a time by Krum on the not-yet-chosen ones (Bulyan's
-    selection). Krum on r remaining updates scores max(r - f - 2, 1) neighbours: the paper's recursion
-    reaches r = 2f + 1 < 2f + 3, where n - f - 2 would be < 1, so at least one neighbour is kept."""
+    selection). Krum on r remaining updates scores max(r - f - 2, 1) neighbours (as Flower's Bulyan): the
+    paper's recursion reaches r = 2f + 1 < 2f + 3, where r - f - 2 can be < 1. With one neighbour the two
+    members of the closest pair tie; like every Krum tie here, it goes to the lowest index."""
     n = sq_dist.shape[0]
     remaining = torch.ones(n, dtype=torch.bool, device=sq_dist.device)
     chosen = []

@@ -54,11 +54,11 @@ def best_time(fn, repeats: int, device: str) -> float:
     return min(times)
 
 
-def time_round(n: int, d: int, device: str, repeats: int) -> list[dict]:
-    """Time every registered rule on one random round of n updates."""
+def time_round(n: int, d: int, device: str, repeats: int, rules: tuple[str, ...]) -> list[dict]:
+    """Time the given rules on one random round of n updates."""
     updates, weights, losses = random_round(n, d, device)
     rows = []
-    for name in AGGREGATORS.names():
+    for name in rules:
         f = usable_f(name, n)
         row = {"rule": name, "n": n, "d": d, "f": f, "device": device, "seconds": None, "note": ""}
         if f is None:
@@ -72,7 +72,15 @@ def time_round(n: int, d: int, device: str, repeats: int) -> list[dict]:
 
 
 def time_aggregators(
-    d: int, ns: tuple[int, ...] = (10, 100), device: str = "cpu", repeats: int = 3
+    d: int,
+    ns: tuple[int, ...] = (10, 100),
+    device: str = "cpu",
+    repeats: int = 3,
+    rules: tuple[str, ...] | None = None,
 ) -> list[dict]:
-    """One row per (rule, n): rule, n, d, f, device, seconds (None when skipped) and a note."""
-    return [row for n in ns for row in time_round(n, d, device, repeats)]
+    """One row per (rule, n): rule, n, d, f, device, seconds (None when skipped) and a note.
+    ``rules`` defaults to every registered aggregator; unknown names raise the registry's error."""
+    names = tuple(AGGREGATORS.names()) if rules is None else tuple(rules)
+    for name in names:
+        AGGREGATORS.get(name)
+    return [row for n in ns for row in time_round(n, d, device, repeats, names)]

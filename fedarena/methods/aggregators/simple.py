@@ -11,9 +11,9 @@ import torch
 from fedarena.methods.aggregators.base import (
     PRE_AGGREGATORS,
     aggregator,
-    as_vector,
     check_common,
     check_updates,
+    normalised_weights,
     require_losses,
     subset_mean,
     vector_median,
@@ -39,13 +39,7 @@ def weighted_mean(
 ) -> torch.Tensor:
     """Sample-weighted mean sum_i w_i u_i / sum_i w_i (FedAvg, McMahan et al. 2017, with uniform sampling)."""
     check_updates(updates, f)
-    return normalised_average(updates, as_vector(weights, updates, "weights"), "weights")
-
-
-def normalised_average(updates: torch.Tensor, weights: torch.Tensor, what: str) -> torch.Tensor:
-    if bool((weights < 0).any()) or not bool(weights.sum() > 0):
-        raise ConfigError(f"{what} must be non-negative with a positive sum, got {weights.tolist()}")
-    return (weights / weights.sum()) @ updates
+    return normalised_weights(weights, updates) @ updates
 
 
 @aggregator("term", needs_losses=True)
