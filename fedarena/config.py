@@ -66,8 +66,12 @@ class ExperimentConfig:
                 raise ConfigError(f"config section {name!r} must be a mapping with a 'name', got {section!r}")
         positive = ("rounds", "clients_per_round", "batch_size", "eval_every")
         for key in positive:
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{key} must be a positive integer, got {getattr(self, key)!r}")
+        for key in ("local_steps", "local_epochs", "seed"):
+            if isinstance(getattr(self, key), bool) or not isinstance(getattr(self, key), int):
+                raise ConfigError(f"{key} must be an integer, got {getattr(self, key)!r}")
         if self.local_steps < 0 or self.local_epochs < 0 or (self.local_steps == 0 and self.local_epochs == 0):
             raise ConfigError("set local_steps >= 1 (steps per round) or local_epochs >= 1 (epochs per round)")
         if self.data_seed is not None and not isinstance(self.data_seed, int):

@@ -54,6 +54,10 @@ def coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
         return value
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if isinstance(default, int) and isinstance(value, float):
+        if not value.is_integer():
+            raise ConfigError(f"{kind} {name!r}: {key} must be a whole number, got {value!r}")
+        return int(value)
     if isinstance(default, tuple) and isinstance(value, list):
         return tuple(value)
     if isinstance(default, (int, float)) and not isinstance(value, (int, float)):

@@ -127,7 +127,7 @@ def aggregation_times(device: str) -> list[dict]:
     from fedarena.methods.aggregators.perf import time_aggregators
 
     trial = build_trial(perf_config("cnn_fmnist", device, rounds=1))
-    return time_aggregators(trial.model.dim, ns=(10, 100), device=device)
+    return time_aggregators(trial.model.dim, ns=(10, 100), device=device, repeats=1)
 
 
 def _print_rows(title: str, rows: list[dict]) -> None:

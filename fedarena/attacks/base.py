@@ -69,11 +69,17 @@ def attack_params(section: dict) -> dict:
     return resolve("attack", name, ATTACKS.get(name), given)
 
 
+def level_value(section: dict) -> float:
+    """The section's corruption level, checked to be a fraction in [0, 1)."""
+    level = section.get("level", 0.0)
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 <= level < 1:
+        raise ConfigError(f"attack level must be a fraction in [0, 1), got {level!r}")
+    return float(level)
+
+
 def check_level(section: dict, num_clients: int) -> int:
     """Number of malicious clients for the section's level; errors for impossible levels."""
-    level = section.get("level", 0.0)
-    if not isinstance(level, (int, float)) or not 0 <= level < 1:
-        raise ConfigError(f"attack level must be a fraction in [0, 1), got {level!r}")
+    level = level_value(section)
     if section["name"] == "none" and level > 0:
         raise ConfigError(f"attack 'none' with level {level}: choose an attack ({', '.join(ATTACKS.names())})")
     count = int(round(level * num_clients))
@@ -97,6 +103,9 @@ def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Genera
     if malicious.all():
         raise ConfigError("every client is malicious; metrics need at least one benign client")
     effect = ATTACKS.get(section["name"])(dataset, malicious, rng, **params)
-    level = float(section.get("level", 0.0))
-    strong = section["name"] == "a3" or level > 0.5
+    if section["name"] != "none" and effect.corrupt is None and not malicious.any():
+        raise ConfigError(f"attack {section['name']!r} at level {section.get('level', 0.0)} corrupts no client of "
+                          f"{dataset.num_clients}; set a level > 0 (e.g. --level 0.2) or use attack 'none'")
+    level = level_value(section)
+    strong = section["name"] == "a3" or malicious.mean() > 0.5  # Ditto D.2, on the devices actually corrupted
     return ThreatModel(section["name"], level, malicious, effect, strong)

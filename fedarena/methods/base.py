@@ -58,6 +58,7 @@ class Method:
     needs_val = False  # True: StepContext.val is filled with the group's validation data
     needs_losses = False  # True: server_update needs each client's training loss at the global model
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
+    tasks = ("classification", "binary_pm1", "regression")  # dataset tasks the method is defined for
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {}

@@ -120,6 +120,8 @@ class SKL(FinetunePhase):
     F_k(v) + (lam/2) (KL(f(v) || f(w*)) + KL(f(w*) || f(v))) from w*, f the softmax prediction, the KL
     terms averaged over the minibatch's real samples. Classification models only."""
 
+    tasks = ("classification",)  # softmax predictions
+
     name = "skl"
 
     def __init__(self, epochs: int, lam: float):

@@ -34,6 +34,8 @@ class FlatModel:
         self.sizes = [math.prod(s) for s in self.shapes]
         self.dim = sum(self.sizes)
         self.l2 = getattr(module, "l2", 0.0) if isinstance(module, LinearSVM) else 0.0
+        # batch statistics depend on which samples share a forward pass: no padding may enter them
+        self.has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
 
     def flatten(self) -> torch.Tensor:
         """The module's current parameters as one flat vector (a copy)."""

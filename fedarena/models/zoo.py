@@ -81,7 +81,12 @@ def cnn_fmnist(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 
 @MODELS.register("cnn_femnist")
 def cnn_femnist(input_shape: tuple[int, ...], num_classes: int, *, dropout: float = 0.0) -> nn.Module:
-    """Ditto's FEMNIST CNN: conv5x5x16 - pool - conv5x5x32 - pool - fc128 - fc62 (reference adds dropout)."""
+    """Ditto's FEMNIST CNN: conv5x5x16 - pool - conv5x5x32 - pool - fc128 - fc62.
+
+    The reference adds dropout; here ``dropout`` must stay 0: dropout would draw from torch's global RNG,
+    and the same config would no longer give the same numbers."""
+    if dropout != 0.0:
+        raise ConfigError("cnn_femnist: dropout > 0 is not supported (it would make runs irreproducible); use 0")
     c, h, w = _image_channels("cnn_femnist", input_shape), input_shape[1], input_shape[2]
     flat = 32 * (h // 4) * (w // 4)
     return nn.Sequential(*_conv_pool(c, 16, 5), *_conv_pool(16, 32, 5), nn.Flatten(),

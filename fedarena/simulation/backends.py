@@ -38,7 +38,7 @@ class Backend:
         values, grads = [], []
         for i in range(params.shape[0]):
             p = params[i].detach().requires_grad_(True)
-            value = loss_fn(p, batch.x[i], batch.y[i], batch.mask[i], *(e[i] for e in extra))
+            value = loss_fn(p, *self._row(batch, i), *(e[i] for e in extra))
             (g,) = torch.autograd.grad(value, p)
             values.append(value.detach())
             grads.append(g)
@@ -49,8 +49,16 @@ class Backend:
         """Per-client masked mean loss [n] (no gradient)."""
         if self.batched:
             return vmap(self.model.loss, randomness="different")(params, batch.x, batch.y, batch.mask)
-        return torch.stack([self.model.loss(params[i], batch.x[i], batch.y[i], batch.mask[i])
-                            for i in range(params.shape[0])])
+        return torch.stack([self.model.loss(params[i], *self._row(batch, i)) for i in range(params.shape[0])])
+
+    def _row(self, batch: Batch, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Client i's minibatch; for batch-norm models without the padded tail (real samples come first),
+        so that padding never enters the batch statistics."""
+        x, y, mask = batch.x[i], batch.y[i], batch.mask[i]
+        if not self.model.has_batch_norm:
+            return x, y, mask
+        real = max(int(mask.sum()), 1)
+        return x[:real], y[:real], mask[:real]
 
     def groups(self, ids):
         """Clients trained together: all at once (batched) or one by one (sequential)."""

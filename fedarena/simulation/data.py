@@ -72,15 +72,17 @@ class Batch:
 def client_batches(size: int, steps: int, epochs: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Minibatch positions (into the client's own split) for one round.
 
-    Step mode (epochs == 0): ``steps`` batches of min(B, size) from a stream of fresh permutations.
-    Epoch mode: ``epochs`` passes, each a permutation cut into ceil(size / B) batches (last one partial).
+    Step mode (epochs == 0): ``steps`` full batches of min(B, size), each from within one permutation (a new
+    permutation once fewer than B samples are left in the current one, as the reference's batch generator),
+    so no batch holds a sample twice. Epoch mode: ``epochs`` passes, each a permutation cut into
+    ceil(size / B) batches (the last one partial).
     """
     b = min(batch_size, size)
     if epochs:
         return [perm[i : i + b] for perm in (rng.permutation(size) for _ in range(epochs)) for i in range(0, size, b)]
-    need = steps * b
-    stream = np.concatenate([rng.permutation(size) for _ in range(-(-need // size))])
-    return [stream[i * b : (i + 1) * b] for i in range(steps)]
+    per_pass = size // b
+    perms = [rng.permutation(size) for _ in range(-(-steps // per_pass))]
+    return [perms[i // per_pass][(i % per_pass) * b : (i % per_pass + 1) * b] for i in range(steps)]
 
 
 def round_plan(

@@ -110,6 +110,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     t = state.round
     ids = sample_clients(trial, t)
     pool = _round_data(trial, ids, t)
+    rows = torch.as_tensor(ids, device=trial.device)
+    saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
     for group in trial.backend.groups(ids):
         upd, clients = train_group(trial, SimState(t, state.w, clients), pool, group, t)
@@ -120,9 +122,23 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     info = ServerInfo(trial.weights[ids], losses, torch.as_tensor(ids, device=trial.device), trial.cfg.lr)
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, trial.aggregate)
     finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, ids, trial.device)
-    if not finite:
+    if not finite:  # drop the whole round: global model and the per-client rows it touched
+        _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history)
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history)
+
+
+def _snapshot(clients: dict, rows: torch.Tensor) -> dict:
+    """The round's clients' rows of every per-client table (vectors of one number per client: whole)."""
+    return {k: v.clone() if v.dim() == 1 else v[rows].clone() for k, v in clients.items()}
+
+
+def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
+    for key, old in saved.items():
+        if clients[key].dim() == 1:
+            clients[key].copy_(old)
+        else:
+            clients[key].index_copy_(0, rows, old)
 
 
 def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int) -> torch.Tensor:
@@ -135,8 +151,9 @@ def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int
 
 def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
     """Each selected client's training loss at the current global model (k-loss, TERM, q-FFL)."""
-    batch = gather_all(trial.train, ids)
-    return trial.backend.loss(w.expand(len(ids), -1), batch)
+    # per backend group: the sequential backend then sees each client's data unpadded (batch norm statistics)
+    return torch.cat([trial.backend.loss(w.expand(len(g), -1), gather_all(trial.train, g))
+                      for g in trial.backend.groups(ids)])
 
 
 def _rows_finite(clients: dict, ids: np.ndarray, device: torch.device) -> bool:

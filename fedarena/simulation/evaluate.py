@@ -40,7 +40,13 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
     sums = [torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
             torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
             torch.zeros(num_clients, dtype=torch.float64, device=dev)]
-    if params.dim() == 1:
+    if model.has_batch_norm:  # one client per forward pass: its statistics come from its own test set only
+        for k in range(num_clients):
+            rows = slice(int(pooled.offsets[k]), int(pooled.offsets[k] + pooled.sizes[k]))
+            out = model.forward(params if params.dim() == 1 else params[k], pooled.x[rows])
+            ones = torch.ones_like(pooled.y[rows], dtype=torch.float64)
+            _accumulate(model, out, pooled.y[rows], pooled.owner[rows], ones, num_clients, classes, sums)
+    elif params.dim() == 1:
         for start in range(0, len(pooled.y), EVAL_CHUNK):
             sl = slice(start, start + EVAL_CHUNK)
             out = model.forward(params, pooled.x[sl])

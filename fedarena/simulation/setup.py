@@ -13,7 +13,7 @@ import torch
 
 from fedarena import methods as _methods  # noqa: F401  (registers methods and aggregators)
 from fedarena.attacks import ThreatModel, build_threat
-from fedarena.attacks.base import ATTACKS, STRUCTURAL_KEYS, attack_params
+from fedarena.attacks.base import ATTACKS, STRUCTURAL_KEYS, attack_params, level_value
 from fedarena.config import ExperimentConfig
 from fedarena.datasets import DATASETS, FederatedDataset, build_dataset, dataset_options
 from fedarena.methods.aggregators import AGGREGATORS, check_aggregator, expected_malicious, make_aggregator
@@ -96,7 +96,7 @@ def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
     data["model"] = {"name": model_name, **resolve("model", model_name, MODELS.get(model_name), _without_name(cfg.model))}
     method_fn = METHODS.get(cfg.method["name"])
     data["method"] = {"name": cfg.method["name"], **resolve("method", cfg.method["name"], method_fn, _without_name(cfg.method))}
-    data["attack"] = {"name": cfg.attack["name"], "level": float(cfg.attack.get("level", 0.0)),
+    data["attack"] = {"name": cfg.attack["name"], "level": level_value(cfg.attack),
                       **attack_params(cfg.attack)}
     data["aggregator"] = _resolved_aggregator(cfg.aggregator)
     return ExperimentConfig.from_dict(data)
@@ -123,11 +123,17 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
                           f"of dataset {dataset.name!r}")
     method = build_method(cfg.method)
+    if dataset.task not in method.tasks:
+        raise ConfigError(f"method {method.name!r} is defined for {', '.join(method.tasks)} tasks; dataset "
+                          f"{dataset.name!r} is a {dataset.task} task")
     threat = build_threat(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
     seed_init = int(stream(cfg.seed, INIT).integers(2**62))
     model, w0 = build_model(cfg.model["name"], _without_name(cfg.model), dataset.input_shape,
                             dataset.num_classes, dataset.task, seed_init, device)
+    if model.has_batch_norm and cfg.backend == "batched":
+        raise ConfigError(f"model {cfg.model['name']!r} has batch norm, whose statistics would include the batched "
+                          "backend's padding; use backend=sequential")
     poisoned = threat.effect.dataset
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
     weights = torch.as_tensor(poisoned.train_sizes(), dtype=w0.dtype, device=device)

@@ -1,7 +1,7 @@
 """Server-side aggregation rules (defenses), pre-aggregators and the builder the engine calls.
 
 Importing this package registers every rule in ``AGGREGATORS``:
-mean, weighted_mean, term, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
+mean, weighted_mean, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
 krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, centered_clipping
 (``iterative``). Rules that read the clients' losses at the global model are listed in ``NEEDS_LOSSES``.
 """

@@ -57,6 +57,8 @@ def multi_krum_size(n: int, f: int, m: int | None) -> int:
 
 def check_multi_krum(n: int, f: int, *, m: int | None = None) -> None:
     check_krum(n, f)
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int)):
+        raise ConfigError(f"multi_krum m must be a whole number of updates (or null for n - f), got {m!r}")
     size = multi_krum_size(n, f, m)
     if not 1 <= size <= n:
         raise ConfigError(f"multi_krum averages m updates and needs 1 <= m <= n = {n}, got m={size}")

@@ -1,4 +1,4 @@
-"""Averages and norm/loss-based filters: mean, weighted_mean, term, clipping, k_norm, k_loss.
+"""Averages and norm/loss-based filters: mean, weighted_mean, clipping, k_norm, k_loss.
 
 Variants follow Ditto's reference implementation (litian96/ditto, ``flearn/trainers_global/fedbase.py``
 and ``flearn/utils/tf_utils.py``) as described in Ditto (Li et al., ICML 2021) Section 4.3 / Appendix D.
@@ -40,18 +40,6 @@ def weighted_mean(
     """Sample-weighted mean sum_i w_i u_i / sum_i w_i (FedAvg, McMahan et al. 2017, with uniform sampling)."""
     check_updates(updates, f)
     return normalised_weights(weights, updates) @ updates
-
-
-@aggregator("term", needs_losses=True)
-def term(
-    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, t: float = 1.0
-) -> torch.Tensor:
-    """Tilted (TERM, Li et al. ICLR 2021) average: weights proportional to exp(t * loss_i), the loss of
-    client i at the current global model; Ditto's 'fair' baseline (reference: ``aggregate`` with weights
-    ``exp(q * loss)``, q = t = 1; Section 4.3 also uses t = 2, 5). Sample counts are not used."""
-    check_updates(updates, f)
-    tilted = torch.softmax(t * require_losses(losses, updates, "term"), dim=0)
-    return tilted @ updates
 
 
 def median_norm_factors(updates: torch.Tensor) -> torch.Tensor:
