@@ -108,7 +108,7 @@ def test_expected_malicious_follows_the_reference_formula():
 
 
 def test_needs_losses_lists_exactly_the_loss_based_rules():
-    assert NEEDS_LOSSES == {"k_loss", "term"}
+    assert NEEDS_LOSSES == {"k_loss"}
     assert make_aggregator({"name": "k_loss"}, f=1).needs_losses
     assert not make_aggregator({"name": "krum"}, f=1).needs_losses
 

@@ -45,19 +45,10 @@ def test_weighted_mean_rejects_zero_total_weight():
         run("weighted_mean", torch.ones(2, 3), torch.zeros(2))
 
 
-def test_term_weights_are_exp_of_tilted_losses():
-    updates = torch.tensor([[0.0, 4.0], [8.0, 0.0]], dtype=torch.float64)
-    losses = torch.tensor([0.0, math.log(3.0)], dtype=torch.float64)
-    expect(run("term", updates, losses=losses, t=1.0), (6.0, 1.0))  # weights 1/4, 3/4
-    expect(run("term", updates, losses=losses, t=2.0), (7.2, 0.4))  # weights 1/10, 9/10
-    expect(run("term", updates, losses=losses, t=0.0), (4.0, 2.0))  # t = 0: the mean
-
-
-def test_rules_needing_losses_say_so_when_missing():
+def test_k_loss_says_so_when_losses_are_missing():
     updates, _, _ = round_of_seven()
-    for name in ("term", "k_loss"):
-        with pytest.raises(ConfigError, match="training loss"):
-            run(name, updates, losses=None, f=1)
+    with pytest.raises(ConfigError, match="training loss"):
+        run("k_loss", updates, losses=None, f=1)
 
 
 def test_median_is_coordinatewise_and_ignores_outliers():
