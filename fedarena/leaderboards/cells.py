@@ -18,19 +18,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedarena.simulation.metrics import METRIC_DIRECTIONS
+
 POSITION = ("dataset_label", "method_label", "attack_label", "level")
 
-# Direction of every metric of the tracking schema: True = higher is better.
-HIGHER_IS_BETTER = {
-    "acc_pooled": True,
-    "acc_mean": True,
-    "acc_worst10": True,
-    "acc_malicious": True,
-    "acc_std": False,
-    "class_std_mean": False,
-    "class_std_std": False,
-    "loss_mean": False,
-}
+# The engine's metric registry says which direction is better; ``diverged`` is a flag, not a table value.
+HIGHER_IS_BETTER = {name: higher for name, higher in METRIC_DIRECTIONS.items() if name != "diverged"}
 METRICS = tuple(HIGHER_IS_BETTER)
 
 # Provenance columns that must agree across the runs of one cell, with the words used in notes.
