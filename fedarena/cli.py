@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from fedarena.config import ExperimentConfig, apply_override, parse_value
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 
@@ -35,8 +36,7 @@ def add_run_parser(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def config_from_args(args) -> "ExperimentConfig":  # noqa: F821
-    from fedarena.config import ExperimentConfig, apply_override, parse_value
+def config_from_args(args) -> ExperimentConfig:
     from fedarena.simulation.setup import section_hyperparameters
 
     data = ExperimentConfig().to_dict()

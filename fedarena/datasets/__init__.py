@@ -1,8 +1,10 @@
 """Data sources, partitioners and the FederatedDataset container."""
 
-from fedarena.datasets import offline  # noqa: F401  (registers the offline sources)
-from fedarena.datasets import real  # noqa: F401  (registers the downloaded datasets)
-from fedarena.datasets import fedtilt_toy  # noqa: F401  (registers FedTilt's toy problem)
+from fedarena.datasets import (  # noqa: F401  (importing registers: offline sources, FedTilt's toy, downloads)
+    fedtilt_toy,
+    offline,
+    real,
+)
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.datasets.registry import DATASETS, build_dataset, dataset_options, register_dataset
 
