@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from fedarena.bench.grid import Combo, build_config, count_trials, expand
-from fedarena.bench.runner import BenchOptions, run_bench
+from fedarena.bench.progress import Printer
+from fedarena.bench.runner import BenchError, BenchOptions, run_bench
 from fedarena.bench.suite import SCALES, SUITES, SuiteError, load_suite
 from fedarena.cli import main
 
@@ -211,3 +212,18 @@ def test_cli_bench_list_shows_counts_per_scale(capsys):
     smoke_row = next(line for line in out.splitlines() if line.startswith("smoke "))
     assert smoke_row.split()[1:4] == ["2", "6", "9"]
     assert "robustness" in out and "fedtilt" in out
+
+
+def test_missing_data_fails_before_ray(tmp_path):
+    # Prepare: a paper dataset pointed at an empty data directory
+    import ray
+
+    data = suite_data("nodata")
+    data["scales"]["quick"]["datasets"] = [
+        {"label": "fmnist", "dataset": {"name": "fmnist", "num_clients": 10, "data_dir": str(tmp_path / "empty")}}]
+    path = write_suite(tmp_path, data, "nodata")
+    # Execute / Assert
+    with pytest.raises(BenchError, match=r"(?s)need data that is not here:\ndataset fmnist.*missing"):
+        run_bench(BenchOptions(str(path), tracking_uri=f"sqlite:///{tmp_path}/mlflow.db", storage=tmp_path / "ray"),
+                  Printer(lambda line: None))
+    assert not ray.is_initialized()

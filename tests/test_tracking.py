@@ -88,19 +88,20 @@ def test_run_store_round_trip(tmp_path):
     assert [r.run_id for r in store.runs_by_hash()["abc"]] == [run_id]
 
 
-def test_reopen_marks_running_and_returns_last_logged_round(tmp_path):
+def test_reopen_marks_running_drops_the_error_and_returns_last_round(tmp_path):
     # Prepare
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = check_store(uri)
     store = RunStore(client, suite_experiment(client, uri, "resume"))
     run_id = store.open("r", {}, {"config_hash": "h"}, {})
     store.log_round(run_id, 3, {"acc_pooled": 0.5})
-    store.finish(run_id, "KILLED")
+    store.finish(run_id, "FAILED", tags={"error": "RuntimeError: boom"})
     # Execute
     last = store.reopen(run_id)
     # Assert
+    run = client.get_run(run_id)
     assert last == 3
-    assert client.get_run(run_id).info.status == "RUNNING"
+    assert run.info.status == "RUNNING" and "error" not in run.data.tags
 
 
 def test_identity_tags_follow_the_schema():

@@ -63,6 +63,10 @@ def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
 
 
 class TrackingCallback(tune.Callback):
+    """Opens (or reopens, to resume) the MLflow run of each trial when it starts, logs its evaluation rounds,
+    records its checkpoints, and closes it FINISHED (with its artifacts), FAILED (with the error) or, when
+    the benchmark is interrupted, KILLED."""
+
     def __init__(self, store: RunStore, plan: dict[str, Planned], versions: dict[str, str],
                  printer: Printer | None = None):
         self.store, self.plan, self.versions = store, plan, versions
@@ -122,13 +126,13 @@ class TrackingCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
-        if run is None or run.run_id in self.closed:
-            return
+        if run is None or run.run_id in self.closed or not trial.last_result.get("done"):
+            return  # stopped before its final report (an interrupted benchmark): closed as KILLED
         with trial.checkpoint.as_directory() as directory:
             result = json.loads(Path(directory, RESULT_FILE).read_text())
             for entry in result["history"]:  # rounds whose report was lost (e.g. resumed after the last one)
                 if entry["round"] > run.last_round:
-                    self.store.log_round(run.run_id, entry["round"], _finite(entry))
+                    self.store.log_round(run.run_id, entry["round"], _numbers(entry))
                     run.last_round = entry["round"]
             files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
             self.store.finish(run.run_id, FINISHED, files, {"diverged": bool(result["final"]["diverged"]),
@@ -158,7 +162,7 @@ class TrackingCallback(tune.Callback):
         self.outcomes[status] += 1
 
 
-def _finite(entry: dict) -> dict:
+def _numbers(entry: dict) -> dict:
     return {k: v for k, v in entry.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 

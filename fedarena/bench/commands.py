@@ -58,8 +58,6 @@ def _seeds(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench_run(args) -> int:
-    from pathlib import Path
-
     from fedarena.bench.runner import BenchOptions, run_bench
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # store creation and migrations log at INFO
@@ -67,7 +65,7 @@ def cmd_bench_run(args) -> int:
 
     options = BenchOptions(
         args.suite, args.scale, args.dataset, args.seeds, args.cpus_per_trial, args.gpus_per_trial,
-        args.max_concurrent, args.max_failures, args.checkpoint_every, Path(args.storage), args.tracking_uri,
+        args.max_concurrent, args.max_failures, args.checkpoint_every, args.storage, args.tracking_uri,
         args.num_cpus, args.dry_run,
     )  # fmt: skip
     summary = run_bench(options)
@@ -87,17 +85,14 @@ def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[
             rows.append((name, {}, "", [str(err)]))
             continue
         counts = {scale: count_trials(suite, scale) for scale in SCALES}
-        problems = []
-        if check:
-            problems = [_problem(lambda s=scale: expand(suite, s), scale) for scale in SCALES]
-            problems = [p for p in problems if p]
+        problems = [p for scale in SCALES if check and (p := _problem(suite, scale, expand))]
         rows.append((name, counts, suite.reference or suite.description, problems))
     return rows
 
 
-def _problem(fn, scale: str) -> str | None:
+def _problem(suite, scale: str, expand) -> str | None:
     try:
-        fn()
+        expand(suite, scale)
     except (ConfigError, UnknownNameError) as err:
         return f"{scale}: {err}"
     return None
@@ -106,7 +101,7 @@ def _problem(fn, scale: str) -> str | None:
 def cmd_list(args) -> int:
     rows = suite_rows(check=not args.no_check)
     print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
-    for name, counts, reference, problems in rows:
+    for name, counts, reference, _ in rows:
         cells = "".join(f"{counts.get(s, '?'):>7}" for s in ("smoke", "quick", "paper"))
         print(f"{name:<16}{cells}  {reference.splitlines()[0] if reference else ''}")
     invalid = [(name, p) for name, _, _, problems in rows for p in problems]
@@ -137,7 +132,10 @@ def cmd_ui(args) -> int:
     print(f"MLflow UI: http://{args.host}:{args.port}  (store: {redact(uri)}; Ctrl+C stops it)", flush=True)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: listening on {args.host}: other machines can reach this UI", flush=True)
+    server = subprocess.Popen(ui_command(uri, args.host, args.port))
     try:
-        return subprocess.call(ui_command(uri, args.host, args.port))
-    except KeyboardInterrupt:
+        return server.wait()
+    except KeyboardInterrupt:  # stop the server and its workers (SIGTERM), not just the wrapper
+        server.terminate()
+        server.wait(timeout=30)
         return 0

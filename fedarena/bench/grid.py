@@ -18,6 +18,7 @@ from fedarena.bench.suite import Entry, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
+from fedarena.tracking.runs import run_name
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,7 @@ class Combo:
 
     @property
     def name(self) -> str:
-        setting = self.attack.label if self.attack.label == "clean" else f"{self.attack.label}@{self.level:g}"
-        return f"{self.method.label} {self.dataset.label} {setting} s{self.seed}"
+        return run_name(self.method.label, self.dataset.label, self.attack.label, self.level, self.seed)
 
 
 @dataclass(frozen=True)

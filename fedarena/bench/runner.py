@@ -13,9 +13,10 @@ finished trial. Do not run two benchmarks of one suite against one store at the 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from fedarena.bench.callback import Planned, TrackingCallback
@@ -44,7 +45,7 @@ class BenchOptions:
     max_concurrent: int | None = None
     max_failures: int = 2
     checkpoint_every: int | None = None  # None: about ten checkpoints per trial
-    storage: Path = field(default_factory=lambda: Path("ray_results"))
+    storage: str | Path = "ray_results"  # a folder, or a URI Ray Tune understands (s3://...)
     tracking_uri: str | None = None
     num_cpus: int | None = None  # size of a local Ray instance (default: every core)
     dry_run: bool = False
@@ -114,6 +115,23 @@ def _env(**values: str):
                 os.environ[key] = value
 
 
+def check_data(plan: dict[str, Planned]) -> None:
+    """Every dataset the pending trials read is present here (local Ray), before any trial starts."""
+    from fedarena.datasets.fetch import info, info_text
+
+    seen = set()
+    for planned in plan.values():
+        dataset = planned.spec.config.dataset
+        key = (dataset["name"], dataset.get("data_dir"))
+        if key in seen:
+            continue
+        seen.add(key)
+        report = info(*key, verify=False)
+        if not (report["supported"] and report["complete"]):
+            raise BenchError(f"trials of this benchmark need data that is not here:\n{info_text(*key, verify=False)}"
+                             f"\n(or leave this dataset out: --dataset picks one dataset of the scale)")
+
+
 def check_resources(cpus: float, gpus: float) -> None:
     import ray
 
@@ -124,14 +142,20 @@ def check_resources(cpus: float, gpus: float) -> None:
         raise BenchError(f"--gpus-per-trial {gpus}: the Ray cluster has {have.get('GPU', 0):g} GPUs")
 
 
+def open_store(explicit_uri: str | None, suite: str) -> tuple[RunStore, str]:
+    """The suite's experiment in a store that answers (fails fast, naming the store)."""
+    uri = tracking_uri(explicit_uri)
+    client = check_store(uri)
+    return RunStore(client, suite_experiment(client, uri, suite)), uri
+
+
 def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSummary:
+    """Validate, plan and run a suite at a scale (see the module docstring); returns the counts."""
     printer = printer or Printer()
     suite = load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
-    uri = tracking_uri(options.tracking_uri)
-    store = RunStore(check_store(uri), "")
-    store.experiment_id = suite_experiment(store.client, uri, suite.name)
+    store, uri = open_store(options.tracking_uri, suite.name)
     plan, skipped = plan_trials(specs, store.runs_by_hash())
     resumed = sum(1 for p in plan.values() if p.run_id)
     summary = BenchSummary(len(specs), skipped, resumed, tracking_uri=redact(uri))
@@ -140,22 +164,29 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
     if options.dry_run:
         for planned in plan.values():
             printer.emit(f"  {'resume' if planned.run_id else 'new   '} {planned.spec.name} [{planned.spec.config_hash}]")
-        return summary
-    if not plan:
-        return summary
+    elif plan:
+        _execute(options, suite.name, store, plan, printer, summary)
+    return summary
+
+
+def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str, Planned], printer: Printer,
+             summary: BenchSummary) -> None:
+    if not os.environ.get("RAY_ADDRESS"):  # on a cluster the data lives on the workers
+        check_data(plan)
     callback = TrackingCallback(store, plan, version_tags(code_version()), printer)
+    logging.getLogger("ray.tune.logger.tensorboardx").setLevel(logging.WARNING)  # per-trial INFO noise
     with ray_session(options.num_cpus):
         check_resources(options.cpus_per_trial, options.gpus_per_trial)
-        tuner = _tuner(options, suite.name, plan, callback)
+        tuner = _tuner(options, suite, plan, callback)
         try:
             with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0"):
                 tuner.fit()
         finally:
             summary.killed = callback.close_open_runs()
     summary.finished, summary.failed = callback.outcomes[FINISHED], callback.outcomes[FAILED]
+    hint = " Run the same command again to resume." if summary.failed or summary.killed else ""
     printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted, "
-                 f"{skipped} skipped. Browse: fedarena ui; tables: fedarena leaderboard {suite.name}")
-    return summary
+                 f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
 
 
 def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback):
@@ -169,7 +200,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
                                 resume_from=planned.resume_from, fail_once_at_round=options.fail_once_at_round)
         payloads.append({**payload, "index": index})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
-    storage = options.storage if "://" in str(options.storage) else Path(options.storage).resolve()
+    storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()
     return tune.Tuner(
         tune.with_resources(run_trial, resources),
         param_space={"trial": tune.grid_search(payloads)},

@@ -26,9 +26,11 @@ one without a name sets keys inside it)::
         exclude: [...]                # optional, added to the suite's
         overrides: [...]
 
-Parsing checks the structure and every registered name and hyperparameter of every entry (cheap, no
-data). Errors are ``SuiteError`` messages that start with the file and the key, e.g.
-``robustness.yaml: scales.quick.datasets[0].dataset.name: unknown dataset 'digts' ...``.
+This module holds the suite's data model and the shipped suites (``SUITES``); ``parse`` reads the YAML
+(structure, labels, levels), ``validate`` checks every registered name and hyperparameter of every entry
+(cheap, no data), ``grid`` expands a scale into trials. Errors are ``SuiteError`` messages that start
+with the file and the key, e.g.
+``robustness.yaml: scales.quick.datasets[0].dataset: unknown dataset 'digts' ...``.
 """
 
 from __future__ import annotations
@@ -39,11 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedarena.config import SECTIONS, ExperimentConfig
+from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
-from fedarena.registry import Registry, UnknownNameError
+from fedarena.registry import Registry
 
 SCALES = ("smoke", "quick", "paper")
 SUITE_KEYS = ("name", "description", "reference", "fixed", "methods", "attacks", "exclude", "overrides", "scales")
@@ -137,207 +137,8 @@ def suite_path(ref: str | Path) -> Path:
 
 
 def load_suite(ref: str | Path, check_names: bool = True) -> Suite:
-    """Read, parse and (``check_names``) check every entry's registered names and hyperparameters."""
-    path = suite_path(ref)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SuiteError(f"{path}: invalid YAML: {err}") from None
-    suite = parse_suite(data, path)
-    if check_names:
-        from fedarena.bench.validate import check_suite_entries
+    """Read and parse a suite; ``check_names`` also checks every entry's registered names and
+    hyperparameters (``fedarena.bench.validate``)."""
+    from fedarena.bench.parse import read_suite
 
-        check_suite_entries(suite)
-    return suite
-
-
-class _Reader:
-    """Structural checks with the file and key path in every message."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def fail(self, where: str, message: str):
-        raise SuiteError(f"{self.path}: {where}: {message}")
-
-    def mapping(self, value: Any, where: str, allowed: tuple[str, ...] | None = None, required=()) -> dict:
-        if not isinstance(value, dict):
-            self.fail(where, f"expected a mapping, got {type(value).__name__}")
-        for key in value:
-            if allowed is not None and key not in allowed:
-                self.fail(f"{where}.{key}" if where else str(key), f"unknown key; allowed: {', '.join(allowed)}")
-        for key in required:
-            if key not in value:
-                self.fail(where or "top level", f"missing key {key!r}")
-        return value
-
-    def items(self, value: Any, where: str, nonempty: bool = True) -> list:
-        if not isinstance(value, list) or (nonempty and not value):
-            self.fail(where, f"expected a non-empty list, got {value!r}")
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            self.fail(where, f"expected text, got {type(value).__name__}")
-        return value.strip()
-
-    def label(self, value: Any, where: str) -> str:
-        if not isinstance(value, str) or not LABEL.match(value):
-            self.fail(where, f"a label must be a non-empty word of letters, digits and _.+- ; got {value!r}")
-        return value
-
-    def levels(self, value: Any, where: str) -> tuple[float, ...]:
-        items = self.items(value, where)
-        for i, level in enumerate(items):
-            if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 <= level < 1:
-                self.fail(f"{where}[{i}]", f"a level is a fraction of the clients in [0, 1), got {level!r}")
-        return tuple(float(v) for v in items)
-
-    def patch(self, value: dict, where: str, skip: tuple[str, ...] = ()) -> dict:
-        patch = {k: v for k, v in value.items() if k not in skip}
-        for key, section in patch.items():
-            if key == "seed":
-                self.fail(f"{where}.seed", "seeds are an axis: list them under `seeds:` in a scale")
-            if key == "device":
-                self.fail(f"{where}.device", "the runner sets the device (fedarena bench run --gpus-per-trial)")
-            if key not in PATCH_KEYS:
-                self.fail(f"{where}.{key}", f"unknown config key; allowed: {', '.join(PATCH_KEYS)}")
-            if key in SECTIONS and not isinstance(section, dict):
-                self.fail(f"{where}.{key}", f"a config section is a mapping such as {{name: ...}}, got {section!r}")
-            if key in SECTIONS and "name" in section and not isinstance(section["name"], str):
-                self.fail(f"{where}.{key}.name", f"expected a name, got {section['name']!r}")
-        return patch
-
-
-def parse_suite(data: Any, path: Path) -> Suite:
-    r = _Reader(path)
-    data = r.mapping(data, "", SUITE_KEYS, required=("name", "methods", "attacks", "scales"))
-    name = r.label(data["name"], "name")
-    if name != path.stem:
-        r.fail("name", f"the suite name {name!r} must equal the file name {path.stem!r}")
-    methods = _entries(r, data["methods"], "methods", kind="method")
-    attacks = _entries(r, data["attacks"], "attacks", kind="attack")
-    labels = {"method": {e.label for e in methods}, "attack": {e.label for e in attacks}}
-    scales_data = r.mapping(data["scales"], "scales", SCALES, required=SCALES)
-    scales = {s: _scale(r, scales_data[s], f"scales.{s}", s, labels) for s in SCALES}
-    labels["dataset"] = {e.label for scale in scales.values() for e in scale.datasets}
-    return Suite(
-        name, path, r.text(data.get("description"), "description"), r.text(data.get("reference"), "reference"),
-        r.patch(r.mapping(data.get("fixed") or {}, "fixed"), "fixed"), methods, attacks,
-        _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
-        _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
-    )  # fmt: skip
-
-
-def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]:
-    entries, seen = [], set()
-    meta = {"method": ("label",), "attack": ("label", "levels"), "dataset": ("label", "levels")}[kind]
-    for i, item in enumerate(r.items(value, where)):
-        at = f"{where}[{i}]"
-        item = r.mapping(item, at, required=("label",) + (("attack", "levels") if kind == "attack" else ()))
-        label = r.label(item["label"], f"{at}.label")
-        if label in seen:
-            r.fail(f"{at}.label", f"duplicate label {label!r} in {where}")
-        seen.add(label)
-        if kind == "dataset" and "dataset" not in item:
-            r.fail(at, "a dataset entry needs a `dataset: {name: ...}` section")
-        patch = r.patch(item, at, skip=meta)
-        if kind == "dataset" and "name" not in patch["dataset"]:
-            r.fail(f"{at}.dataset", "a dataset entry names its dataset: `dataset: {name: ...}`")
-        if kind == "attack":
-            entries.append(Entry(label, patch, at, levels=r.levels(item["levels"], f"{at}.levels")))
-        elif kind == "dataset":
-            entries.append(Entry(label, patch, at, level_map=_level_map(r, item.get("levels"), f"{at}.levels")))
-        else:
-            entries.append(Entry(label, patch, at))
-    return tuple(entries)
-
-
-def _level_map(r: _Reader, value: Any, where: str) -> dict[str, tuple[float, ...]]:
-    if value is None:
-        return {}
-    return {k: r.levels(v, f"{where}.{k}") for k, v in r.mapping(value, where).items()}
-
-
-def _scale(r: _Reader, value: Any, where: str, name: str, labels: dict[str, set]) -> Scale:
-    data = r.mapping(value, where, SCALE_KEYS, required=("datasets", "seeds"))
-    datasets = _entries(r, data["datasets"], f"{where}.datasets", kind="dataset")
-    seeds = r.items(data["seeds"], f"{where}.seeds")
-    for i, seed in enumerate(seeds):
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            r.fail(f"{where}.seeds[{i}]", f"a seed is an integer >= 0, got {seed!r}")
-    if len(set(seeds)) != len(seeds):
-        r.fail(f"{where}.seeds", f"duplicate seeds in {seeds}")
-    for entry in datasets:
-        for attack in entry.level_map:
-            _known(r, attack, labels["attack"], f"{entry.where}.levels.{attack}", "attack")
-    labels = {**labels, "dataset": {e.label for e in datasets}}
-    return Scale(
-        name, r.text(data.get("description"), f"{where}.description"),
-        r.patch(r.mapping(data.get("fixed") or {}, f"{where}.fixed"), f"{where}.fixed"), datasets, tuple(seeds),
-        _subset(r, data.get("methods"), f"{where}.methods", labels["method"]),
-        _attack_subset(r, data.get("attacks"), f"{where}.attacks", labels["attack"]),
-        _rules(r, data.get("exclude"), f"{where}.exclude", labels, with_patch=False),
-        _rules(r, data.get("overrides"), f"{where}.overrides", labels, with_patch=True),
-    )  # fmt: skip
-
-
-def _known(r: _Reader, label: Any, known: set, where: str, kind: str) -> None:
-    if label not in known:
-        r.fail(where, f"unknown {kind} label {label!r}; the suite defines: {', '.join(sorted(known))}")
-
-
-def _subset(r: _Reader, value: Any, where: str, known: set) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    items = r.items(value, where)
-    for i, label in enumerate(items):
-        _known(r, label, known, f"{where}[{i}]", "method")
-    return tuple(items)
-
-
-def _attack_subset(r: _Reader, value: Any, where: str, known: set) -> dict | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        value = {label: None for label in r.items(value, where)}
-    chosen = r.mapping(value, where)
-    if not chosen:
-        r.fail(where, "empty: list at least one attack label")
-    for label in chosen:
-        _known(r, label, known, f"{where}.{label}", "attack")
-    return {k: (None if v is None else r.levels(v, f"{where}.{k}")) for k, v in chosen.items()}
-
-
-def _rules(r: _Reader, value: Any, where: str, labels: dict[str, set], with_patch: bool) -> tuple[Rule, ...]:
-    if value is None:
-        return ()
-    rules = []
-    for i, item in enumerate(r.items(value, where)):
-        at = f"{where}[{i}]"
-        if with_patch:
-            item = r.mapping(item, at, ("when", "set"), required=("when", "set"))
-            match, patch = item["when"], r.patch(r.mapping(item["set"], f"{at}.set"), f"{at}.set")
-            match_at = f"{at}.when"
-        else:
-            match, patch, match_at = item, None, at
-        match = r.mapping(match, match_at, MATCH_KEYS)
-        if not match:
-            r.fail(match_at, f"empty rule: give at least one of {', '.join(MATCH_KEYS)}")
-        rules.append(Rule(_match(r, match, match_at, labels), patch, at))
-    return tuple(rules)
-
-
-def _match(r: _Reader, match: dict, where: str, labels: dict[str, set]) -> dict[str, tuple]:
-    out = {}
-    for key, value in match.items():
-        values = tuple(value) if isinstance(value, list) else (value,)
-        if key == "level":
-            r.levels(list(values), f"{where}.level")
-        elif key in labels:
-            for v in values:
-                _known(r, v, labels[key], f"{where}.{key}", key)
-        out[key] = values
-    return out
+    return read_suite(suite_path(ref), check_names)

@@ -13,12 +13,12 @@ from fedarena.attacks.base import attack_params
 from fedarena.bench.suite import Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import dataset_options
-from fedarena.methods.aggregators import check_aggregator, expected_malicious, make_aggregator
+from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import METHODS, build_method
 from fedarena.models import MODELS
 from fedarena.params import ConfigError, resolve
 from fedarena.registry import UnknownNameError
-from fedarena.simulation import setup as _setup  # noqa: F401  (registers every component)
+from fedarena.simulation import setup  # importing it registers every component
 
 
 def check_section(section: str, data: dict) -> None:
@@ -67,23 +67,16 @@ def check_suite_entries(suite: Suite) -> None:
 
 
 def check_server_rule(cfg: ExperimentConfig) -> None:
-    """The trial's method and aggregator fit together, and the aggregator is defined for the level.
-
-    Mirrors ``simulation.setup``: a method without global aggregation only takes the plain mean; the f
-    given to the aggregator is int(clients_per_round * malicious / clients). Datasets whose number of
-    clients is only known from the data (natural partitions) are checked when the trial is built.
-    """
+    """The trial's method and aggregator fit together, and the aggregator is defined for the level (the rule
+    ``simulation.setup`` applies when it builds a trial). Datasets whose number of clients is only known from
+    the data (natural partitions) get their aggregator checked when the trial is built."""
     method = build_method(cfg.method)
-    if not method.uses_aggregator:
-        if cfg.aggregator["name"] != "mean" or len(cfg.aggregator) > 1:
-            raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
-                              f"{cfg.aggregator['name']!r}")
-        return
     num_clients = cfg.dataset.get("num_clients")
     if not isinstance(num_clients, int) or isinstance(num_clients, bool):
+        if not method.uses_aggregator:
+            setup.check_server_rule(cfg, method, 0, cfg.clients_per_round)
         return
     if cfg.clients_per_round > num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
-    malicious = int(round(float(cfg.attack.get("level", 0.0)) * num_clients))
-    f = expected_malicious(cfg.clients_per_round, min(malicious, num_clients), num_clients)
-    check_aggregator(cfg.aggregator, n=cfg.clients_per_round, f=f)
+    malicious = min(int(round(float(cfg.attack.get("level", 0.0)) * num_clients)), num_clients)
+    setup.check_server_rule(cfg, method, malicious, num_clients)

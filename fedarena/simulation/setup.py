@@ -141,13 +141,25 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
                  Backend(model, cfg.backend == "batched"), *pools, weights, device)
 
 
-def _server_rule(cfg: ExperimentConfig, method: Method, threat: ThreatModel, num_clients: int):
+def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:
+    """The method and the aggregator fit together and the rule is defined for this corruption; returns f.
+
+    A method without global aggregation takes only the plain mean. f = int(clients_per_round * malicious /
+    clients) (semantics.md), unless the aggregator section overrides it.
+    """
     if not method.uses_aggregator:
         if cfg.aggregator["name"] != "mean" or cfg.aggregator.get("pre"):
             raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
                               f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
-        return None, False
-    f = expected_malicious(cfg.clients_per_round, int(threat.malicious.sum()), num_clients)
+        return 0
+    f = expected_malicious(cfg.clients_per_round, num_malicious, num_clients)
     check_aggregator(cfg.aggregator, n=cfg.clients_per_round, f=f)
+    return f
+
+
+def _server_rule(cfg: ExperimentConfig, method: Method, threat: ThreatModel, num_clients: int):
+    f = check_server_rule(cfg, method, int(threat.malicious.sum()), num_clients)
+    if not method.uses_aggregator:
+        return None, False
     aggregate = make_aggregator(cfg.aggregator, f=f)
-    return aggregate, method.needs_losses or getattr(aggregate, "needs_losses", False)
+    return aggregate, method.needs_losses or aggregate.needs_losses

@@ -1,6 +1,15 @@
 """MLflow tracking: the store location (``store``) and the run schema, logging and querying (``runs``)."""
 
-from fedarena.tracking.runs import METRICS, TAGS, RunStore, RunSummary, param_value, run_name, run_params, version_tags
+from fedarena.tracking.runs import (
+    METRICS,
+    TAGS,
+    RunStore,
+    RunSummary,
+    param_value,
+    run_name,
+    run_params,
+    version_tags,
+)
 from fedarena.tracking.store import (
     TrackingError,
     artifact_root,

@@ -52,8 +52,9 @@ def run_params(flat_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_name(method_label: str, dataset_label: str, attack_label: str, level: float, seed: int) -> str:
-    """Readable run name, e.g. ``ditto fmnist a1@0.5 s0`` (the config hash is the identity, not this)."""
-    setting = attack_label if attack_label == "clean" else f"{attack_label}@{level:g}"
+    """Readable run (and Ray trial) name, e.g. ``ditto fmnist a1@0.5 s0`` or ``global fmnist clean s1``;
+    the config hash, not this, is the run's identity."""
+    setting = f"{attack_label}@{level:g}" if level > 0 else attack_label
     return f"{method_label} {dataset_label} {setting} s{seed}"
 
 
@@ -82,7 +83,10 @@ class RunStore:
         return run_id
 
     def reopen(self, run_id: str) -> int:
-        """Mark an interrupted run RUNNING again; returns the last round it has metrics for (0: none)."""
+        """Mark an interrupted run RUNNING again (dropping the error of a failed attempt); returns the last
+        round it has metrics for (0: none)."""
+        if ERROR in self.client.get_run(run_id).data.tags:
+            self.client.delete_tag(run_id, ERROR)
         self.client.update_run(run_id, status=RUNNING)
         history = self.client.get_metric_history(run_id, METRICS[0])
         return max((m.step for m in history), default=0)

@@ -1,0 +1,47 @@
+"""Pure parts of the runner: skip/resume planning, checkpoint spacing, progress lines."""
+
+from fedarena.bench.grid import TrialSpec
+from fedarena.bench.progress import round_line, tally
+from fedarena.bench.runner import plan_trials
+from fedarena.bench.trainable import auto_checkpoint_every
+from fedarena.config import ExperimentConfig
+from fedarena.tracking import RunSummary
+
+
+def spec(config_hash: str) -> TrialSpec:
+    return TrialSpec(ExperimentConfig(), "s", "quick", "global", "fmnist", "clean", 0.0, 0, config_hash, "cell",
+                     f"trial {config_hash}")
+
+
+def test_plan_skips_finished_resumes_unfinished_and_adds_new():
+    # Prepare: a has a FINISHED run (and an older FAILED one); b only a FAILED run with a checkpoint
+    existing = {
+        "a": [RunSummary("ra2", "FINISHED", {}, 20), RunSummary("ra1", "FAILED", {}, 10)],
+        "b": [RunSummary("rb2", "KILLED", {"checkpoint": "/ck/b2"}, 30), RunSummary("rb1", "FAILED", {}, 5)],
+    }
+    # Execute
+    plan, skipped = plan_trials([spec("a"), spec("b"), spec("c")], existing)
+    # Assert: the newest unfinished run of b is continued from its checkpoint
+    assert skipped == 1
+    assert sorted(plan) == ["b", "c"]
+    assert (plan["b"].run_id, plan["b"].resume_from) == ("rb2", "/ck/b2")
+    assert (plan["c"].run_id, plan["c"].resume_from) == (None, None)
+
+
+def test_auto_checkpoint_spacing_is_about_ten_per_trial_on_evaluation_rounds():
+    assert auto_checkpoint_every(5000, 10) == 500
+    assert auto_checkpoint_every(50, 10) == 10
+    assert auto_checkpoint_every(6, 2) == 2
+    assert auto_checkpoint_every(95, 4) == 8
+
+
+def test_tally_counts_statuses_and_unseen_trials_as_pending():
+    counts = tally(["TERMINATED", "RUNNING", "ERROR", "PENDING", "PAUSED"], total=7)
+    assert (counts.done, counts.running, counts.pending, counts.failed) == (1, 1, 4, 1)
+    assert counts.prefix() == "[1/7 done | 1 running | 4 pending | 1 failed]"
+
+
+def test_round_line_shows_accuracy_only_at_evaluations():
+    evaluated = {"round": 40, "rounds": 100, "evaluated": True, "acc_pooled": 0.8125, "acc_std": 0.1}
+    assert round_line("ditto fmnist a1@0.5 s0", evaluated) == "ditto fmnist a1@0.5 s0: round 40/100 acc 0.812 (std 0.100)"
+    assert round_line("x", {"round": 30, "rounds": 100, "evaluated": False}) == "x: round 30/100"
