@@ -127,3 +127,18 @@ def test_bad_settings_fail_before_training(small_config):
     for overrides in bad:
         with pytest.raises(ConfigError):
             build_trial(small_config(**overrides))
+
+
+def test_personal_evaluation_strategies_agree(small_config):
+    from fedarena.simulation.evaluate import evaluate
+
+    trial, state = final_state(small_config(method={"name": "ditto", "lam": 0.1}, rounds=3))
+    personal = state.clients["personal"]
+    loop = evaluate(trial.model, personal, trial.test, 10, per_client_loop=True)
+    vmapped = evaluate(trial.model, personal, trial.test, 10, per_client_loop=False)
+    assert np.array_equal(loop.correct, vmapped.correct) and np.array_equal(loop.total, vmapped.total)
+    np.testing.assert_allclose(loop.loss_sum, vmapped.loss_sum, rtol=1e-5)
+    # a shared model scored as K identical rows gives the shared model's counts
+    shared = evaluate(trial.model, state.w, trial.test, 10)
+    rows = evaluate(trial.model, state.w.expand(trial.dataset.num_clients, -1), trial.test, 10)
+    assert np.array_equal(shared.correct, rows.correct)

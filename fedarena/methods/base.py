@@ -46,7 +46,7 @@ class ServerInfo:
 
 def sgd(params: torch.Tensor, grads: torch.Tensor, lr: float, active: torch.Tensor) -> torch.Tensor:
     """One SGD step per row; rows whose client has no real batch at this step stay as they are."""
-    return params - (lr * active)[:, None] * grads
+    return torch.addcmul(params, (lr * active)[:, None], grads, value=-1.0)  # one fused pass over [n, d]
 
 
 class Method:
@@ -67,8 +67,10 @@ class Method:
         return {"w": w.expand(len(ids), -1).clone()}
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        # local["w"] belongs to this round alone (local_init clones it), so the hot path may update it in place
         _, g = ctx.backend.grad(local["w"], batch)
-        return {**local, "w": sgd(local["w"], g, ctx.lr, batch.active)}
+        local["w"].addcmul_((ctx.lr * batch.active)[:, None], g, value=-1.0)
+        return local
 
     def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
         """(updates [n, d] sent to the server, new per-client state)."""

@@ -1,7 +1,7 @@
 """Model zoo: the papers' models, built by name from the dataset's input shape and class count.
 
 Models have no running-state buffers (batch norm uses batch statistics only), so one module can be
-evaluated functionally for many clients' parameters at once (``torch.func.functional_call`` + ``vmap``).
+evaluated functionally for many clients' parameters at once (``FlatModel.forward`` + ``vmap``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Evaluate every client in a few large batched calls, into per-client, per-class counts.
 
 One shared model: a chunked forward pass over the pooled test set. One model per client (personal
-models): ``vmap`` over chunks of clients with padded test sets.
+models): on a GPU, ``vmap`` over chunks of clients of similar test size (padded); on a CPU, one unpadded
+forward pass per client, which is faster there.
 """
 
 from __future__ import annotations
@@ -30,17 +31,23 @@ def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: tor
 
 
 @torch.no_grad()
-def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes: int) -> Counts:
+def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes: int, *,
+             per_client_loop: bool | None = None) -> Counts:
     """Counts of every client on ``pooled`` (a test or validation split).
 
     ``params`` is [d] (everyone uses the same model) or [num_clients, d] (client k uses row k).
+    ``per_client_loop``: personal models one client at a time (None: on a CPU and for batch-norm models).
     """
     num_clients, classes = len(pooled.sizes), max(num_classes, 1)
     dev = pooled.x.device
     sums = [torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
             torch.zeros(num_clients * classes, dtype=torch.float64, device=dev),
             torch.zeros(num_clients, dtype=torch.float64, device=dev)]
-    if model.has_batch_norm:  # one client per forward pass: its statistics come from its own test set only
+    if per_client_loop is None:
+        per_client_loop = dev.type == "cpu"
+    if model.has_batch_norm or (params.dim() == 2 and per_client_loop):
+        # one client per forward pass: batch-norm statistics come from the client's own test set only; and on
+        # a CPU, unpadded per-client passes beat vmap's padded ones (13x faster for the Fashion-MNIST CNN)
         for k in range(num_clients):
             rows = slice(int(pooled.offsets[k]), int(pooled.offsets[k] + pooled.sizes[k]))
             out = model.forward(params if params.dim() == 1 else params[k], pooled.x[rows])
@@ -65,16 +72,14 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
 
 
 def _client_chunks(pooled: Pooled) -> list[np.ndarray]:
-    """Consecutive groups of clients whose padded inputs stay under EVAL_ELEMENTS."""
+    """Groups of clients of similar test size (little padding) whose padded inputs stay under EVAL_ELEMENTS."""
     per_sample = int(np.prod(pooled.x.shape[1:])) or 1
-    chunks, current, width = [], [], 0
-    for k, size in enumerate(pooled.sizes):
-        new_width = max(width, int(size), 1)
-        if current and new_width * (len(current) + 1) * per_sample > EVAL_ELEMENTS:
+    chunks, current = [], []
+    for k in np.argsort(pooled.sizes, kind="stable"):  # ascending: the last client of a group is its widest
+        if current and max(int(pooled.sizes[k]), 1) * (len(current) + 1) * per_sample > EVAL_ELEMENTS:
             chunks.append(np.array(current))
-            current, new_width = [], max(int(size), 1)
+            current = []
         current.append(k)
-        width = new_width
     if current:
         chunks.append(np.array(current))
     return chunks
