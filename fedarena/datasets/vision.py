@@ -94,97 +94,37 @@ def _options(partition: str, defaults: dict, given: dict | None) -> dict:
     return {**(defaults if partition == "k_classes" else {}), **(given or {})}
 
 
-@register_dataset("fmnist", model="cnn_fmnist")
-def fmnist(
-    rng: np.random.Generator,
-    *,
-    data_dir: str | None = None,
-    num_clients: int = 500,
-    partition: str = "k_classes",
-    partition_options: dict | None = None,
-    max_samples: int | None = None,
-) -> FederatedDataset:
-    """Fashion-MNIST with Ditto's partition (500 devices, 5 classes each, lognormal sizes), [1, 28, 28]."""
-    root = data_root(data_dir)
-    return build_pooled(
-        "fmnist",
-        rng,
-        root,
-        load_idx_pool("fmnist", root, FMNIST_SOURCE),
-        num_clients=num_clients,
-        partition=partition,
-        options=_options(partition, DITTO_FMNIST, partition_options),
-        max_samples=max_samples,
-    )
+def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str) -> None:
+    """Register a torchvision-format dataset: ``load(name, root)`` gives the pooled images and labels, and
+    ``defaults`` the paper's k_classes options (the builder's signature is its hyperparameter schema)."""
+
+    def build(
+        rng: np.random.Generator,
+        *,
+        data_dir: str | None = None,
+        num_clients: int = clients,
+        partition: str = "k_classes",
+        partition_options: dict | None = None,
+        max_samples: int | None = None,
+    ) -> FederatedDataset:
+        root = data_root(data_dir)
+        return build_pooled(name, rng, root, load(name, root), num_clients=num_clients, partition=partition,
+                            options=_options(partition, defaults, partition_options), max_samples=max_samples)
+
+    build.__doc__ = doc
+    build.__name__ = name
+    register_dataset(name, model=model)(build)
 
 
-@register_dataset("fmnist_fedtilt", model="mlp")
-def fmnist_fedtilt(
-    rng: np.random.Generator,
-    *,
-    data_dir: str | None = None,
-    num_clients: int = 100,
-    partition: str = "k_classes",
-    partition_options: dict | None = None,
-    max_samples: int | None = None,
-) -> FederatedDataset:
-    """Fashion-MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28]."""
-    root = data_root(data_dir)
-    return build_pooled(
-        "fmnist_fedtilt",
-        rng,
-        root,
-        load_idx_pool("fmnist_fedtilt", root, FMNIST_SOURCE),
-        num_clients=num_clients,
-        partition=partition,
-        options=_options(partition, FEDTILT, partition_options),
-        max_samples=max_samples,
-    )
+def _idx(source):
+    return lambda name, root: load_idx_pool(name, root, source)
 
 
-@register_dataset("mnist", model="mlp")
-def mnist(
-    rng: np.random.Generator,
-    *,
-    data_dir: str | None = None,
-    num_clients: int = 100,
-    partition: str = "k_classes",
-    partition_options: dict | None = None,
-    max_samples: int | None = None,
-) -> FederatedDataset:
-    """MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28]."""
-    root = data_root(data_dir)
-    return build_pooled(
-        "mnist",
-        rng,
-        root,
-        load_idx_pool("mnist", root, MNIST_SOURCE),
-        num_clients=num_clients,
-        partition=partition,
-        options=_options(partition, FEDTILT, partition_options),
-        max_samples=max_samples,
-    )
-
-
-@register_dataset("cifar10", model="cnn_cifar")
-def cifar10(
-    rng: np.random.Generator,
-    *,
-    data_dir: str | None = None,
-    num_clients: int = 100,
-    partition: str = "k_classes",
-    partition_options: dict | None = None,
-    max_samples: int | None = None,
-) -> FederatedDataset:
-    """CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32]."""
-    root = data_root(data_dir)
-    return build_pooled(
-        "cifar10",
-        rng,
-        root,
-        load_cifar_pool("cifar10", root),
-        num_clients=num_clients,
-        partition=partition,
-        options=_options(partition, FEDTILT, partition_options),
-        max_samples=max_samples,
-    )
+_register_torchvision("fmnist", "cnn_fmnist", 500, _idx(FMNIST_SOURCE), DITTO_FMNIST,
+                      "Fashion-MNIST with Ditto's partition (500 devices, 5 classes each, lognormal sizes), [1, 28, 28].")
+_register_torchvision("fmnist_fedtilt", "mlp", 100, _idx(FMNIST_SOURCE), FEDTILT,
+                      "Fashion-MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].")
+_register_torchvision("mnist", "mlp", 100, _idx(MNIST_SOURCE), FEDTILT,
+                      "MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].")
+_register_torchvision("cifar10", "cnn_cifar", 100, load_cifar_pool, FEDTILT,
+                      "CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32].")
