@@ -113,3 +113,22 @@ def test_reproduction_table_shows_mixed_cells_without_numbers():
 
 def test_no_matching_cell_gives_no_reproduction_table():
     assert reproduction_table(cells(cell("digits", "global", "clean", "0.0", 0.9, 0.1))) is None
+
+
+def test_stand_in_datasets_are_never_compared_with_the_paper():
+    # digits labelled fmnist (the quick scale's stand-in) is not the paper's experiment; fmnist is
+    ours = cells(
+        {**cell("fmnist", "global", "a1", "0.5", 0.86, 0.12), "dataset.name": "digits"},
+        {**cell("fmnist", "local", "a1", "0.5", 0.87, 0.11), "dataset.name": "fmnist"},
+    )
+    view = reproduction(ours)
+    assert set(view["method_label"]) == {"local"}
+
+
+def test_stand_in_runs_get_a_footnote():
+    from fedarena.leaderboards.build import stand_in_notes
+
+    runs = normalize(pd.DataFrame([{**cell("fmnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "digits"},
+                                   {**cell("mnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "mnist"}]))
+    assert stand_in_notes(runs) == ["Rows under fmnist were run on digits, a stand-in at this scale: not the "
+                                    "paper's experiment, and left out of the reproduction view."]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
 from fedarena.leaderboards.figures import write_figures
-from fedarena.leaderboards.paper import reproduction_table
+from fedarena.leaderboards.paper import is_paper_dataset, reproduction_table
 from fedarena.leaderboards.reader import LeaderboardError, fill_hint, read_histories, read_runs
 from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
@@ -35,7 +35,21 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
         notes.append(f"{other_scales} run(s) at other scales than {chosen!r} are left out.")
     if superseded:
         notes.append(f"{superseded} earlier run(s) of a cell and seed were superseded by a re-run.")
+    notes += stand_in_notes(finished)
     return finished, notes
+
+
+def stand_in_notes(runs: pd.DataFrame) -> list[str]:
+    """Say where a paper's dataset label was run on another dataset (e.g. digits for fmnist at the quick scale)."""
+    if "dataset.name" not in runs:
+        return []
+    notes = []
+    for label, names in runs.groupby("dataset_label")["dataset.name"]:
+        others = sorted(n for n in set(names.dropna().astype(str)) if not is_paper_dataset(label, n))
+        if others:
+            notes.append(f"Rows under {label} were run on {', '.join(others)}, a stand-in at this scale: "
+                         "not the paper's experiment, and left out of the reproduction view.")
+    return notes
 
 
 def leaderboard_tables(

@@ -154,22 +154,30 @@ def aggregate(
     a metric no run logged is NaN.
 
     Columns added: ``n_seeds``, ``diverged`` (any seed diverged), ``mixed`` (runs incomparable; metric
-    values are then NaN) and ``note`` (what disagrees). ``runs`` must be normalized finished runs.
+    values are then NaN), ``note`` (what disagrees) and ``dataset_names`` (the datasets really run). ``runs`` must be normalized finished runs.
     """
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
         row = dict(zip(POSITION, key, strict=True))
         note = conflicts(group, provenance)
-        row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note)
+        row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note,
+                   dataset_names=_names(group))
         for metric in METRICS:
             values = group[metric].to_numpy(dtype=float) if metric in group else np.full(len(group), np.nan)
             row[metric] = np.nan if note else _mean(values)
             if ci:
                 row[f"{metric}_ci"] = np.nan if note else t_halfwidth(values, confidence)
         rows.append(row)
-    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", *METRICS]
+    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *METRICS]
     columns += [f"{m}_ci" for m in METRICS] if ci else []
     return pd.DataFrame(rows, columns=columns)
+
+
+def _names(group: pd.DataFrame) -> str:
+    """The datasets the cell's runs actually used (``dataset.name``), comma-separated; '' if unknown."""
+    if "dataset.name" not in group:
+        return ""
+    return ",".join(sorted(set(group["dataset.name"].dropna().astype(str))))
 
 
 def _mean(values: np.ndarray) -> float:

@@ -61,9 +61,24 @@ def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:
     return tables.rename("tables").reset_index()
 
 
+def is_paper_dataset(label: str, name: str) -> bool:
+    """Whether a run on registered dataset ``name`` is the paper's experiment for dataset ``label``
+    (fmnist and its FedTilt partition fmnist_fedtilt are; digits standing in for fmnist is not)."""
+    return name in (label, f"{label}_fedtilt")
+
+
+def on_paper_datasets(cells: pd.DataFrame) -> pd.Series:
+    """Cells whose runs all used the paper's dataset (cells that do not say which dataset are kept)."""
+    names = cells["dataset_names"] if "dataset_names" in cells else pd.Series("", index=cells.index)
+    return pd.Series([not n or all(is_paper_dataset(label, x) for x in n.split(","))
+                      for label, n in zip(cells["dataset_label"], names.fillna(""), strict=True)], index=cells.index)
+
+
 def reproduction(cells: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Our aggregated cells beside the paper's, for every cell both have; diff = ours - paper."""
+    """Our aggregated cells beside the paper's, for every cell both have; diff = ours - paper. Cells run
+    on a stand-in dataset (e.g. digits for fmnist at the quick scale) are not compared."""
     paper = load_paper_tables() if paper is None else paper
+    cells = cells[on_paper_datasets(cells)]
     parts = []
     for name, published in paper.groupby("paper"):
         on = list(KEYS) if name == "ditto" else list(KEYS[:3])
