@@ -151,22 +151,30 @@ def write_figures(
     paths = []
     for dataset in _ordered(cells, "dataset_label"):
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", str(dataset))
+        shown = _run_on(cells, dataset)
         jobs = [
             (
                 plot_figure3,
                 figure3_data(cells, dataset),
-                f"Robustness on {dataset} (Ditto Figure 3)",
+                f"Robustness on {shown} (Ditto Figure 3)",
                 "figure3",
             ),
             (
                 plot_figure5,
                 figure5_data(cells, dataset),
-                f"Accuracy vs fairness on {dataset} (Ditto Figure 5)",
+                f"Accuracy vs fairness on {shown} (Ditto Figure 5)",
                 "figure5",
             ),
-            (plot_curves, curves_data(runs, history, dataset), f"Learning curves on {dataset}", "curves"),
+            (plot_curves, curves_data(runs, history, dataset), f"Learning curves on {shown}", "curves"),
         ]
         for plot, data, title, kind in jobs:
             if not data.empty:
                 paths.append(plot(data, title, out_dir / f"{kind}_{stem}.png", colors))
     return paths
+
+
+def _run_on(cells: pd.DataFrame, dataset: str) -> str:
+    """The dataset label, with the dataset really run when it is a stand-in ("fmnist (run on digits)")."""
+    names = cells.loc[cells["dataset_label"] == dataset, "dataset_names"] if "dataset_names" in cells else []
+    used = sorted({n for joined in names for n in str(joined).split(",") if n and n != dataset})
+    return f"{dataset} (run on {', '.join(used)})" if used else str(dataset)
