@@ -19,6 +19,7 @@ from fedarena.datasets.partition import k_classes
 from fedarena.datasets.registry import DATASETS, register_dataset
 from fedarena.simulation.data import gather, round_plan
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round, sample_clients
+from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.setup import build_trial
 
 PERF_DATASET = "perf_fmnist_shape"
@@ -118,8 +119,6 @@ def evaluation_cost(model: str, device: str) -> dict:
     for label, params in (("personal", state.clients["personal"]), ("global", state.w)):
         _sync(trial.device)
         start = time.perf_counter()
-        from fedarena.simulation.evaluate import evaluate
-
         evaluate(trial.model, params, trial.test, trial.dataset.num_classes)
         _sync(trial.device)
         timings[label] = time.perf_counter() - start

@@ -65,12 +65,12 @@ def _round_data(trial: Trial, ids: np.ndarray, round_idx: int) -> Pooled:
                                           torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
 
 
-def train_group(trial: Trial, state: SimState, pool: Pooled, group: np.ndarray, round_idx: int):
-    """Local training of one group of clients (all selected ones when batched); returns updates [n, d]."""
+def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int):
+    """Local training of one group of clients (all selected ones when batched): (updates [n, d], clients)."""
     cfg, method = trial.cfg, trial.method
-    local, ids = _local_loop(trial, state.w, state.clients, pool, group, round_idx, cfg.local_steps,
-                             cfg.local_epochs, method.local_init, method.local_step)
-    return method.local_result(local, state.w, state.clients, ids)
+    local, ids = _local_loop(trial, w, clients, pool, group, round_idx, cfg.local_steps, cfg.local_epochs,
+                             method.local_init, method.local_step)
+    return method.local_result(local, w, clients, ids)
 
 
 def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int,
@@ -100,7 +100,7 @@ def finalize(trial: Trial, state: SimState) -> SimState:
             local, ids = _local_loop(trial, state.w, clients, pool, group, cfg.rounds, 0, method.finalize_epochs,
                                      method.finalize_init, method.finalize_step)
             clients = method.finalize_result(local, state.w, clients, ids)
-    finite = _rows_finite(clients, everyone, trial.device)
+    finite = _rows_finite(clients, torch.as_tensor(everyone, device=trial.device))
     diverged_at = state.diverged_at if finite or state.diverged else state.round
     return SimState(state.round, state.w, clients, diverged_at, state.history)
 
@@ -114,14 +114,14 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
     for group in trial.backend.groups(ids):
-        upd, clients = train_group(trial, SimState(t, state.w, clients), pool, group, t)
+        upd, clients = train_group(trial, state.w, clients, pool, group, t)
         updates.append(upd)
     stacked = torch.cat(updates)
     stacked = _tamper(trial, stacked, ids, t)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    info = ServerInfo(trial.weights[ids], losses, torch.as_tensor(ids, device=trial.device), trial.cfg.lr)
+    info = ServerInfo(trial.weights[ids], losses, rows, trial.cfg.lr)
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, trial.aggregate)
-    finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, ids, trial.device)
+    finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, rows)
     if not finite:  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history)
@@ -156,8 +156,7 @@ def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tens
                       for g in trial.backend.groups(ids)])
 
 
-def _rows_finite(clients: dict, ids: np.ndarray, device: torch.device) -> bool:
-    rows = torch.as_tensor(ids, device=device)
+def _rows_finite(clients: dict, rows: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(table[rows]).all()) for table in clients.values())
 
 

@@ -69,14 +69,18 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"invalid device {name!r}: {err}") from None
 
 
+def model_name(cfg: ExperimentConfig) -> str:
+    """The configured model, or the dataset's own (the papers' pairing) for ``auto``."""
+    name = cfg.model["name"]
+    return DATASETS.get(cfg.dataset["name"]).model if name == "auto" else name
+
+
 def section_hyperparameters(cfg: ExperimentConfig) -> dict[str, set[str]]:
     """Allowed hyperparameter keys of each chosen component (for bare ``--set key=value``)."""
     out = {}
     for section, registry, fn_of in (("dataset", DATASETS, lambda e: e.build), ("model", MODELS, None),
                                      ("method", METHODS, None), ("attack", ATTACKS, None)):
-        name = getattr(cfg, section)["name"]
-        if section == "model" and name == "auto":
-            name = DATASETS.get(cfg.dataset["name"]).model
+        name = model_name(cfg) if section == "model" else getattr(cfg, section)["name"]
         entry = registry.get(name)
         out[section] = set(hyperparameters(fn_of(entry) if fn_of else entry))
     out["attack"] |= set(STRUCTURAL_KEYS) - {"name"}
@@ -90,10 +94,8 @@ def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
     data = cfg.to_dict()
     data["dataset"] = {"name": cfg.dataset["name"],
                        **dataset_options(cfg.dataset["name"], _without_name(cfg.dataset))}
-    model_name = cfg.model["name"]
-    if model_name == "auto":
-        model_name = DATASETS.get(cfg.dataset["name"]).model
-    data["model"] = {"name": model_name, **resolve("model", model_name, MODELS.get(model_name), _without_name(cfg.model))}
+    model = model_name(cfg)
+    data["model"] = {"name": model, **resolve("model", model, MODELS.get(model), _without_name(cfg.model))}
     method_fn = METHODS.get(cfg.method["name"])
     data["method"] = {"name": cfg.method["name"], **resolve("method", cfg.method["name"], method_fn, _without_name(cfg.method))}
     data["attack"] = {"name": cfg.attack["name"], "level": level_value(cfg.attack),
