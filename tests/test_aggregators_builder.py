@@ -166,3 +166,30 @@ def test_time_aggregators_reports_every_rule():
     assert by_key[("bulyan", 10)]["f"] == 1 and by_key[("bulyan", 10)]["seconds"] is not None
     assert by_key[("krum", 2)]["seconds"] is None and "skipped" in by_key[("krum", 2)]["note"]
     assert by_key[("median", 2)]["f"] == 0 and by_key[("median", 2)]["seconds"] is not None
+
+
+def outlier_round(scale: float = 1e-3):
+    """Nine honest updates near (scale, ..., scale) and two far outliers, at the small scale of real model
+    updates (a default in absolute units, such as a clipping radius of 1.0, would never act here)."""
+    gen = torch.Generator().manual_seed(7)
+    honest = scale * (1 + 0.1 * torch.randn(9, 20, generator=gen, dtype=torch.float64))
+    outliers = -20 * scale * torch.ones(2, 20, dtype=torch.float64)
+    losses = torch.tensor([0.5] * 9 + [3.0, 2.5], dtype=torch.float64)
+    return torch.cat([honest, outliers]), torch.ones(11, dtype=torch.float64), losses
+
+
+DEFENSES = [name for name in AGGREGATORS.names() if name not in ("mean", "weighted_mean")]
+
+
+@pytest.mark.parametrize("name", DEFENSES)
+def test_every_defense_acts_at_its_defaults_on_a_round_with_outliers(name):
+    # Prepare: f = 2 outliers among 11 updates of norm ~4e-3, every rule at its default hyperparameters
+    updates, weights, losses = outlier_round()
+    honest_mean, plain_mean = updates[:9].mean(0), updates.mean(0)
+    # Execute
+    out = make_aggregator({"name": name}, f=2)(updates, weights, losses)
+    # Assert: the defense changes the aggregate, and (except FedMGDA+, which returns a unit-scale
+    # direction) moves it towards the honest cluster
+    assert (out - plain_mean).norm() > 0.1 * plain_mean.norm(), name
+    if name != "fedmgda_plus":
+        assert (out - honest_mean).norm() < (plain_mean - honest_mean).norm(), name

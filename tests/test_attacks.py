@@ -137,12 +137,30 @@ def test_a1_on_a_regression_dataset_is_an_error():
 @pytest.mark.parametrize("name", ["a2", "a3"])
 def test_poison_labels_option_gives_a2_and_a3_devices_a1_labels(name):
     ds = make_dataset([[0, 1, 1, 0]] * 4, num_classes=2)
-    plain = build_threat({"name": name, "level": 0.5}, ds, np.random.default_rng(0))
+    plain = build_threat({"name": name, "level": 0.5, "poison_labels": False}, ds, np.random.default_rng(0))
     both = build_threat({"name": name, "level": 0.5, "poison_labels": True}, ds, np.random.default_rng(0))
     assert plain.effect.dataset is ds and both.effect.tamper is not None
     for k in range(4):
         expected = [1, 0, 0, 1] if both.malicious[k] else [0, 1, 1, 0]
         assert both.effect.dataset.clients[k].train.y.tolist() == expected
+
+
+@pytest.mark.parametrize("name, poisons_by_default", [("a3", True), ("a2", False)])
+def test_a3_sends_an_adversarial_update_by_default_and_a2_keeps_the_papers_noise(name, poisons_by_default):
+    # Ditto's A3 is model replacement of *adversarial* updates: its devices train on A1 labels and boost that
+    # update; A2's noise is adversarial whatever its scale, so its default stays the paper's text.
+    ds = make_dataset([[0, 1, 1, 0]] * 4, num_classes=2)
+    threat = build_threat({"name": name, "level": 0.5}, ds, np.random.default_rng(0))
+    poisoned = [threat.effect.dataset.clients[k].train.y.tolist() != [0, 1, 1, 0] for k in range(4)]
+    assert poisoned == (threat.malicious.tolist() if poisons_by_default else [False] * 4)
+
+
+def test_a3_on_a_regression_dataset_names_the_honest_boost_option():
+    ds = make_dataset([[0, 1], [1, 0]], task="regression", num_classes=1)
+    with pytest.raises(ConfigError, match="poison_labels=false"):
+        build_threat({"name": "a3", "level": 0.5}, ds, np.random.default_rng(0))
+    honest = build_threat({"name": "a3", "level": 0.5, "poison_labels": False}, ds, np.random.default_rng(0))
+    assert honest.effect.dataset is ds
 
 
 # --- model attacks ----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import torch
 from fedarena.datasets import pipeline, vision  # noqa: F401  (vision registers the builders)
 from fedarena.datasets.registry import DATASETS
 from fedarena.datasets.storage import DataCorruptError, DataNotFoundError
+from fedarena.params import ConfigError
 
 IDX_NAMES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -277,3 +278,18 @@ def test_missing_cifar_meta_is_reported(tmp_path):
 
     with pytest.raises(DataNotFoundError, match="cifar-10-batches-py/batches.meta"):
         build("cifar10", tmp_path, num_clients=4)
+
+
+def test_fmnist_pool_train_partitions_the_training_files_alone(tmp_path):
+    # Prepare: 160 training and 40 test images; the default pools both (Ditto's script), "train" is the
+    # paper's "rescaled to the 60,000 training images"
+    write_idx_dataset(tmp_path)
+    opts = {"num_clients": 4, "partition_options": {"min_size": 5}}
+    # Execute
+    x, _, files = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE, train_only=True)
+    pooled, train_only = build("fmnist", tmp_path, **opts), build("fmnist", tmp_path, pool="train", **opts)
+    # Assert
+    assert x.shape[0] == 160 and all(f.name.startswith("train-") for f in files)
+    assert pooled.fingerprint != train_only.fingerprint
+    with pytest.raises(ConfigError, match="pool must be one of train_test, train"):
+        build("fmnist", tmp_path, pool="test", **opts)

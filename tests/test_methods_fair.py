@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedarena.methods import build_method
+from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import ServerInfo
 from fedarena.methods.fair import project_simplex, qffl_weights
 from fedarena.params import ConfigError
@@ -16,8 +17,7 @@ UPDATES = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
 W = torch.tensor([10.0, 20.0])
 
 
-def mean_rule(updates, weights, losses):
-    return updates.mean(0)
+mean_rule = make_aggregator({"name": "mean"}, f=0)
 
 
 def info(losses, ids=(0, 1), lr=0.1):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedarena.methods import build_method
+from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.tilted import tilted_loss_fn
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MeanEstimator
@@ -17,8 +18,7 @@ from fedarena.simulation.setup import build_trial
 TINY_MLP = {"name": "mlp", "hidden": [16]}
 
 
-def mean_rule(updates, weights, losses):
-    return updates.mean(0)
+mean_rule = make_aggregator({"name": "mean"}, f=0)
 
 
 @pytest.mark.parametrize("backend", ["sequential", "batched"])

@@ -1,5 +1,6 @@
 """Personalisation baselines: their reductions to FedAvg / local training, and their math by hand."""
 
+import dataclasses
 import math
 
 import pytest
@@ -138,3 +139,22 @@ def test_per_fedavg_hessian_free_step_by_hand():
     method = build_method({"name": "per_fedavg", "beta": 0.01, "delta": 0.001})
     local = method.local_step({"w": torch.zeros(1, 1)}, batch, ctx)
     assert float(local["w"][0, 0]) == pytest.approx(0.01 * 0.9 * 1.8, rel=1e-4)
+
+
+@pytest.mark.parametrize("select, expected", [(True, 1.5), (False, 1.875)])
+def test_ditto_finetune_picks_each_devices_epochs_on_its_validation_data(select, expected):
+    # Prepare: one epoch = one step toward the train mean 2 (lr 0.5, lam 0): v = 1, 1.5, 1.75, 1.875 after
+    # epochs 1-4; the validation data (1.4, 1.6) have their lowest loss at v = 1.5, i.e. after 2 epochs
+    ctx, batch = mean_model_context(lr=0.5, w_round=0.0)
+    val = Batch(torch.ones(1, 2, 1), torch.tensor([[1.4, 1.6]]), torch.ones(1, 2), torch.ones(1),
+                torch.zeros(1, 2, dtype=torch.long))
+    ctx = dataclasses.replace(ctx, val=val, epoch_steps=torch.tensor([1]))
+    method = build_method({"name": "ditto_finetune", "lam": 0.0, "epochs": 4, "select_epochs": select})
+    clients = {"personal": torch.zeros(1, 1), "finetuned": torch.zeros(1)}
+    # Execute
+    local = method.finalize_init(ctx.w_round, clients, ctx.ids)
+    for _ in range(4):
+        local = method.finalize_step(local, batch, ctx)
+    out = method.finalize_result(local, ctx.w_round, clients, ctx.ids)
+    # Assert
+    assert out["personal"].item() == pytest.approx(expected)

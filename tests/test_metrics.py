@@ -37,3 +37,14 @@ def test_class_std_ignores_classes_absent_from_a_client():
 def test_no_malicious_clients_gives_nan_malicious_accuracy():
     m = compute_metrics(make_counts(), np.zeros(4, dtype=bool), diverged=True)
     assert math.isnan(m["acc_malicious"]) and m["diverged"] == 1.0
+
+
+def test_validation_accuracy_is_pooled_over_benign_clients_only():
+    # Prepare: validation counts where the malicious client (3) is perfect and the benign ones are not
+    val = Counts(np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 0.0], [5.0, 5.0]]),
+                 np.array([[2.0, 0.0], [2.0, 2.0], [0.0, 0.0], [5.0, 5.0]]), np.zeros(4))
+    # Execute
+    m = compute_metrics(make_counts(), np.array([False, False, False, True]), diverged=False, val=val)
+    # Assert: (1 + 2 + 0) / (2 + 4 + 0); without validation counts it is NaN
+    assert m["val_acc_pooled"] == pytest.approx(3 / 6)
+    assert math.isnan(compute_metrics(make_counts(), np.zeros(4, dtype=bool), diverged=False)["val_acc_pooled"])

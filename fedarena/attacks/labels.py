@@ -15,6 +15,8 @@ from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.datasets.base import FederatedDataset, Split
 from fedarena.params import ConfigError
 
+LABELLED_TASKS = ("classification", "binary_pm1")  # tasks whose labels an attacker can poison
+
 
 def poisoned_labels(y: torch.Tensor, task: str, num_classes: int, rng: np.random.Generator) -> torch.Tensor:
     """The A1 labels of one device, as in the reference code (``flearn/trainers_MTL/ditto.py``).
@@ -37,7 +39,7 @@ def poisoned_labels(y: torch.Tensor, task: str, num_classes: int, rng: np.random
 def poison_dataset(dataset: FederatedDataset, malicious: np.ndarray,
                    rng: np.random.Generator) -> FederatedDataset:
     """A copy of ``dataset`` whose malicious clients hold A1 training labels (clients in index order)."""
-    if dataset.task not in ("classification", "binary_pm1"):
+    if dataset.task not in LABELLED_TASKS:
         raise ConfigError(f"label poisoning needs a classification dataset; {dataset.name!r} has task "
                           f"{dataset.task!r} (use a model attack such as a2 or a3 instead)")
     clients = []

@@ -18,8 +18,9 @@ import torch
 
 from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.attacks.checks import non_negative, optional, positive
-from fedarena.attacks.labels import poison_dataset
+from fedarena.attacks.labels import LABELLED_TASKS, poison_dataset
 from fedarena.datasets.base import FederatedDataset
+from fedarena.params import ConfigError
 
 
 def _with_rows(updates: torch.Tensor, bad: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -94,15 +95,26 @@ def _maybe_poisoned(dataset: FederatedDataset, malicious: np.ndarray, rng: np.ra
 @ATTACKS.register("a2")
 def a2(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
        std: float | None = None, poison_labels: bool = False) -> Effect:
-    """A2 random updates; ``std`` None: each device's own update std; ``poison_labels``: also A1 labels."""
+    """A2 random updates (Ditto Section 4): zero-mean Gaussian noise in place of the update, adversarial
+    whatever the device trained on. ``std`` None: the std of the device's own update; ``poison_labels``: the
+    device trains on A1 labels first, so the noise takes the scale of a poisoned update (the reference
+    code; the suites set it). The default is the paper's text, noise at the scale of an honest update."""
     tamper = partial(random_updates, std=optional(non_negative, "a2", "std", std))
     return Effect(_maybe_poisoned(dataset, malicious, rng, poison_labels), tamper=tamper)
 
 
 @ATTACKS.register("a3")
 def a3(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
-       scale: float | None = None, poison_labels: bool = False) -> Effect:
-    """A3 model replacement; ``scale`` None: x the round's number of updates (clients_per_round)."""
+       scale: float | None = None, poison_labels: bool = True) -> Effect:
+    """A3 model replacement (Ditto Section 4; Bagdasaryan et al. 2020): an *adversarial* update, scaled to
+    dominate the average. By default the malicious devices train on A1-poisoned labels and boost that update
+    (``poison_labels: true``, the reference code that produced the published numbers).
+    ``poison_labels: false`` boosts an honest update instead (explicit variant: it helps the global model
+    rather than harming it). ``scale`` None: x the round's number of updates (clients_per_round)."""
+    if poison_labels and dataset.task not in LABELLED_TASKS:
+        raise ConfigError(f"a3 boosts an update trained on poisoned labels, which needs a classification task; "
+                          f"dataset {dataset.name!r} is a {dataset.task} task. Set poison_labels=false to boost "
+                          "honest updates instead")
     tamper = partial(boosted_updates, scale=optional(positive, "a3", "scale", scale))
     return Effect(_maybe_poisoned(dataset, malicious, rng, poison_labels), tamper=tamper)
 

@@ -66,9 +66,11 @@ def read_batch(dataset: str, path: Path, how: str) -> tuple[np.ndarray, np.ndarr
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 
-def load_pooled(dataset: str, root: Path, how: str) -> tuple[np.ndarray, np.ndarray, list[Path]]:
-    """All 60,000 images (5 training batches, then the test batch): (x, y, files read)."""
-    files = [root / FOLDER / name for name in (*TRAIN_BATCHES, TEST_BATCH)]
+def load_pooled(dataset: str, root: Path, how: str,
+                train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
+    """All 60,000 images (5 training batches, then the test batch), or the 50,000 training images alone:
+    (x, y, files read)."""
+    files = [root / FOLDER / name for name in (TRAIN_BATCHES if train_only else (*TRAIN_BATCHES, TEST_BATCH))]
     meta = read_pickle(dataset, root / FOLDER / META, how)
     if len(meta.get("label_names", ())) != 10:
         raise corrupt_error(dataset, root / FOLDER / META, "label_names must list the 10 classes", how)

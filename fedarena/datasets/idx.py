@@ -92,8 +92,11 @@ def load_split(
     return x, y.astype(np.int64)
 
 
-def load_pooled(dataset: str, folder: Path, how: str) -> tuple[np.ndarray, np.ndarray, list[Path]]:
-    """Training and test images pooled (train first): (x [n, 28, 28], y [n], files read)."""
-    xs, ys = zip(*(load_split(dataset, folder, img, lab, how) for img, lab in SPLIT_FILES), strict=True)
-    files = [locate(folder, base) for pair in SPLIT_FILES for base in pair]
+def load_pooled(dataset: str, folder: Path, how: str,
+                train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
+    """Training and test images pooled (train first), or the training images alone:
+    (x [n, 28, 28], y [n], files read)."""
+    splits = SPLIT_FILES[:1] if train_only else SPLIT_FILES
+    xs, ys = zip(*(load_split(dataset, folder, img, lab, how) for img, lab in splits), strict=True)
+    files = [locate(folder, base) for pair in splits for base in pair]
     return np.concatenate(xs), np.concatenate(ys), files

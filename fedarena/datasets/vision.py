@@ -4,8 +4,10 @@
   j < 5, lognormal(3, 1) + 10 sizes, lognormal(1, 1) class proportions; pixels standardised per pixel.
 - ``fmnist_fedtilt``, ``mnist``, ``cifar10``: FedTilt: 100 clients, 2 classes each, equal sizes.
 
-The training and test files are pooled (train first) before partitioning, as Ditto's script partitions
-both; every device then splits its own samples 72/8/20. Builders never download: ``fedarena data
+``pool``: by default the training and test files are pooled (train first) before partitioning, as Ditto's
+script partitions both (70,000 Fashion-MNIST images); ``pool="train"`` partitions the training files alone,
+the paper's text ("rescaled to the 60,000 training images"). Either way every device then splits its own
+samples 72/8/20. Builders never download: ``fedarena data
 fetch NAME`` does (see fetch.py); a missing or damaged file is a DataError naming the remedy.
 """
 
@@ -24,23 +26,27 @@ from fedarena.datasets.registry import register_dataset
 from fedarena.datasets.sources import Source, require
 from fedarena.datasets.storage import data_root, size_digest
 from fedarena.datasets.torchvision_files import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
+from fedarena.params import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}
+POOLS = ("train_test", "train")  # which files are partitioned (see the module docstring)
 FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
 
 
-def load_idx_pool(dataset: str, root: Path, source: Source) -> tuple[np.ndarray, np.ndarray, list[Path]]:
+def load_idx_pool(dataset: str, root: Path, source: Source,
+                  train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
     """Pooled images standardised per pixel, as [n, 1, 28, 28] float32, labels, files read."""
     require(dataset, root)
-    x, y, files = idx.load_pooled(dataset, root / f"{source.name}/raw", source.how)
+    x, y, files = idx.load_pooled(dataset, root / f"{source.name}/raw", source.how, train_only)
     flat = standardize(x.reshape(len(x), -1).astype(np.float32))
     return flat.reshape(len(x), 1, *x.shape[1:]).astype(np.float32), y, files
 
 
-def load_cifar_pool(dataset: str, root: Path) -> tuple[np.ndarray, np.ndarray, list[Path]]:
+def load_cifar_pool(dataset: str, root: Path,
+                    train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
     """Pooled images standardised per colour channel, [n, 3, 32, 32] float32, labels, files read."""
     require(dataset, root)
-    x, y, files = cifar.load_pooled(dataset, root, CIFAR_SOURCE.how)
+    x, y, files = cifar.load_pooled(dataset, root, CIFAR_SOURCE.how, train_only)
     x = x.astype(np.float32) / 255.0
     mean = x.mean(axis=(0, 2, 3), keepdims=True)
     std = np.maximum(x.std(axis=(0, 2, 3), keepdims=True), 1e-8)
@@ -95,7 +101,7 @@ def _options(partition: str, defaults: dict, given: dict | None) -> dict:
 
 
 def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str) -> None:
-    """Register a torchvision-format dataset: ``load(name, root)`` gives the pooled images and labels, and
+    """Register a torchvision-format dataset: ``load(name, root, train_only)`` gives the pooled images and labels, and
     ``defaults`` the paper's k_classes options (the builder's signature is its hyperparameter schema)."""
 
     def build(
@@ -106,9 +112,13 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
         partition: str = "k_classes",
         partition_options: dict | None = None,
         max_samples: int | None = None,
+        pool: str = "train_test",
     ) -> FederatedDataset:
+        if pool not in POOLS:
+            raise ConfigError(f"dataset {name!r}: pool must be one of {', '.join(POOLS)} (train_test: training "
+                            f"and test files pooled, as Ditto's script; train: the training files alone); got {pool!r}")
         root = data_root(data_dir)
-        return build_pooled(name, rng, root, load(name, root), num_clients=num_clients, partition=partition,
+        return build_pooled(name, rng, root, load(name, root, pool == "train"), num_clients=num_clients, partition=partition,
                             options=_options(partition, defaults, partition_options), max_samples=max_samples)
 
     build.__doc__ = doc
@@ -117,7 +127,7 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
 
 
 def _idx(source):
-    return lambda name, root: load_idx_pool(name, root, source)
+    return lambda name, root, train_only: load_idx_pool(name, root, source, train_only)
 
 
 _register_torchvision("fmnist", "cnn_fmnist", 500, _idx(FMNIST_SOURCE), DITTO_FMNIST,

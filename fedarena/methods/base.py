@@ -18,8 +18,9 @@ from fedarena.registry import Registry
 from fedarena.simulation.backends import Backend
 from fedarena.simulation.data import Batch
 
-# aggregate(updates[n, d], weights[n], losses[n] | None) -> [d]: the configured server rule (defense)
-Aggregate = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+# aggregate(updates[n, d], weights[n], losses[n] | None, client_weights=p[n] | None) -> [d]: the configured
+# server rule (defense), a ``methods.aggregators.Aggregator``
+Aggregate = Callable[..., torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -32,13 +33,14 @@ class StepContext:
     ids: torch.Tensor  # [n] the clients of this group
     val: Batch | None  # the group's whole validation sets (for methods that tune on them), else None
     strong_attack: bool  # Ditto D.2's "strong attack" (dynamic lambda candidates)
+    epoch_steps: torch.Tensor | None = None  # [n] steps in one epoch of each client (epoch mode), else None
 
 
 @dataclass(frozen=True)
 class ServerInfo:
     """What the server side of a round may use besides the stacked updates."""
 
-    weights: torch.Tensor  # [n] training sample counts of the selected clients
+    weights: torch.Tensor  # [n] aggregation weights of the selected clients (ones under proportional sampling)
     losses: torch.Tensor | None  # [n] their training losses at the round-start global model, if needed
     ids: torch.Tensor  # [n] the selected clients
     lr: float  # the clients' learning rate (q-FFL's Lipschitz estimate L = 1 / lr)

@@ -1,9 +1,9 @@
 """Fair FL methods that reweight clients on the server: TERM, q-FFL (q-FedAvg) and AFL.
 
-All three train locally like FedAvg and change only the server rule, as a reweighting of the updates
-that is then handed to the configured aggregator: update i is scaled by n * p_i, so the default uniform
-mean returns exactly sum_i p_i u_i, and a robust aggregator (or a pre-aggregator such as clipping) sees
-the reweighted updates.
+All three train locally like FedAvg and change only the server rule, as client weights p handed to the
+configured aggregator (``Aggregator.with_client_weights``): the default uniform mean returns exactly
+sum_i p_i u_i, a robust aggregator (or a pre-aggregator such as clipping) sees the reweighted updates, and
+a weighted rule combines p with its aggregation weights so that sizes count once.
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ from fedarena.methods.tilted import tilted_weights
 from fedarena.params import ConfigError
 
 QFFL_EPS = 1e-10  # the q-FFL reference adds it to the losses before taking powers
-
-
-def reweighted(updates: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """Updates scaled so that their uniform mean is sum_i p_i u_i."""
-    return updates * (len(p) * p).to(updates.dtype)[:, None]
 
 
 class Term(Method):
@@ -36,7 +31,7 @@ class Term(Method):
 
     def server_update(self, w, updates, weights, losses, aggregate: Aggregate) -> torch.Tensor:
         p = tilted_weights(losses.to(torch.float64), self.t)
-        return w + aggregate(reweighted(updates, p), weights, losses)
+        return w + aggregate(updates, weights, losses, client_weights=p)
 
 
 def qffl_weights(losses: torch.Tensor, updates: torch.Tensor, q: float, lr: float) -> torch.Tensor:
@@ -68,7 +63,7 @@ class QFFL(Method):
 
     def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         p = qffl_weights(info.losses, updates, self.q, info.lr)
-        return w + aggregate(reweighted(updates, p), info.weights, info.losses), clients
+        return w + aggregate(updates, info.weights, info.losses, client_weights=p), clients
 
 
 def project_simplex(v: torch.Tensor) -> torch.Tensor:
@@ -103,7 +98,7 @@ class AFL(Method):
         lam = clients["afl_lambda"]
         chosen = lam[info.ids].to(torch.float64)
         p = chosen / chosen.sum() if bool(chosen.sum() > 0) else torch.full_like(chosen, 1.0 / len(chosen))
-        w_new = w + aggregate(reweighted(updates, p), info.weights, info.losses)
+        w_new = w + aggregate(updates, info.weights, info.losses, client_weights=p)
         ascended = lam.index_add(0, info.ids, (self.lr_lambda * info.losses).to(lam.dtype))
         lam.copy_(project_simplex(ascended))  # per-client table, updated in place like scatter_rows
         return w_new, clients

@@ -11,8 +11,8 @@ lambda across the samples of a class; both may be negative (robustness to outlie
 
 ServerUpdate: the global objective R_G(q) = (1/q) log mean_n exp(q dist(w_n, w)) is minimised by the
 tilted average sum_n p_n w_n with p_n proportional to exp(q dist(w_n, w^t)) (one gradient step of size
-1/2 on R_G with squared Euclidean dist); p is computed with a stable softmax and applied as a
-reweighting of the updates w_n - w^t before the configured aggregator (uniform mean by default).
+1/2 on R_G with squared Euclidean dist); p is computed with a stable softmax and handed to the configured
+aggregator as client weights (uniform mean by default: sum_n p_n (w_n - w^t)).
 q = 0 is plain averaging; with q = tau = lambda = 0 FedTilt is Ditto with lambda = mu (Proposition 3),
 and as mu -> infinity the personal models collapse onto the global FedAvg model (Proposition 1).
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 import torch
 
 from fedarena.methods.base import METHODS, Aggregate, Method, StepContext, scatter_rows, sgd
-from fedarena.methods.fair import reweighted
 from fedarena.methods.tilted import tilted_loss_fn, tilted_weights
 from fedarena.params import ConfigError
 from fedarena.simulation.data import Batch
@@ -74,7 +73,7 @@ class FedTilt(Method):
         if self.q == 0:
             return w + aggregate(updates, weights, losses)
         p = tilted_weights(update_distances(updates, self.dist), self.q)
-        return w + aggregate(reweighted(updates, p), weights, losses)
+        return w + aggregate(updates, weights, losses, client_weights=p)
 
 
 @METHODS.register("fedtilt")

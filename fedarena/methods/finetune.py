@@ -63,16 +63,44 @@ class FinetunePhase(Method):
 
 class DittoFinetune(FinetunePhase):
     """Ditto's finetuning solver (Ditto Section 3.2, Figure 6): w* by FedAvg, then every device minimises
-    h_k(v; w*) = F_k(v) + (lam/2) ||v - w*||^2 from v = w* (gradient grad F_k(v) + lam (v - w*))."""
+    h_k(v; w*) = F_k(v) + (lam/2) ||v - w*||^2 from v = w* (gradient grad F_k(v) + lam (v - w*)).
+
+    ``select_epochs`` (default, Section 4.4 / Appendix D.1: "run different iterations of mini-batch SGD and
+    pick the best one"): each device keeps the model after the number of epochs, from 1 to ``epochs``,
+    with the lowest loss on its own validation data (ties: fewer epochs; a device without validation data
+    keeps the last epoch). Without it, every device runs exactly ``epochs`` epochs."""
 
     name = "ditto_finetune"
 
-    def __init__(self, epochs: int, lam: float):
+    def __init__(self, epochs: int, lam: float, select_epochs: bool):
         super().__init__(epochs)
         self.lam = lam
+        self.needs_val = select_epochs
 
     def personal_grad(self, local, batch, ctx) -> torch.Tensor:
         return super().personal_grad(local, batch, ctx) + self.lam * (local["v"] - ctx.w_round)
+
+    def finalize_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        local = super().finalize_step(local, batch, ctx)
+        return self._keep_best_epoch(local, batch, ctx) if self.needs_val else local
+
+    def _keep_best_epoch(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        """At each device's epoch ends, keep v if its validation loss beats the best epoch so far."""
+        v = local["v"]
+        steps = local.get("steps", torch.zeros_like(batch.active)) + batch.active
+        epoch_end = (batch.active > 0) & (steps % ctx.epoch_steps == 0)
+        best, best_loss = local.get("best", v), local.get("best_loss", torch.full_like(batch.active, torch.inf))
+        if bool(epoch_end.any()):
+            val_loss = ctx.backend.loss(v, ctx.val)
+            no_val = ctx.val.mask.sum(1) == 0
+            better = epoch_end & ((val_loss < best_loss) | no_val)
+            best = torch.where(better[:, None], v, best)
+            best_loss = torch.where(better, val_loss, best_loss)
+        return {**local, "steps": steps, "best": best, "best_loss": best_loss}
+
+    def finalize_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict:
+        chosen = {**local, "v": local["best"]} if self.needs_val and "best" in local else local
+        return super().finalize_result(chosen, w, clients, ids)
 
 
 def per_sample_grads(ctx: StepContext, params: torch.Tensor, batch: Batch) -> torch.Tensor:
@@ -159,10 +187,11 @@ def finetuning(*, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
 
 
 @METHODS.register("ditto_finetune")
-def ditto_finetune(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
-    """Ditto objective solved by finetuning: ``lam`` as Ditto's lambda, ``epochs`` of SGD on h_k from w*."""
+def ditto_finetune(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS, select_epochs: bool = True) -> Method:
+    """Ditto objective solved by finetuning: ``lam`` as Ditto's lambda, up to ``epochs`` of SGD on h_k from
+    w*; ``select_epochs``: each device picks its number of epochs on its validation data (Section 3.2)."""
     _check("ditto_finetune", epochs, lam)
-    return DittoFinetune(epochs, float(lam))
+    return DittoFinetune(epochs, float(lam), bool(select_epochs))
 
 
 @METHODS.register("ewc")

@@ -80,11 +80,19 @@ def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     ids = torch.as_tensor(group, device=trial.device)
     index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
     val = gather_all(trial.val, group) if trial.method.needs_val else None
-    ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong)
+    ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong,
+                      _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None)
     local = init(w, clients, ids)
     for s in range(index.shape[0]):
         local = step(local, gather(pool, index[s], mask[s], active[s]), ctx)
     return local, ids
+
+
+def _epoch_steps(pool: Pooled, group: np.ndarray, batch_size: int, device: torch.device) -> torch.Tensor:
+    """[n] minibatch steps in one epoch of each client: ceil(size / min(B, size)) (``client_batches``)."""
+    sizes = pool.sizes[group]
+    batches = -(-sizes // np.maximum(np.minimum(batch_size, sizes), 1))
+    return torch.as_tensor(batches, device=device)
 
 
 def finalize(trial: Trial, state: SimState) -> SimState:
@@ -161,9 +169,11 @@ def _rows_finite(clients: dict, rows: torch.Tensor) -> bool:
 
 
 def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, float]]:
+    """The test counts of every client and the metrics (test, and benign validation accuracy)."""
     params = trial.method.eval_params(state.w, state.clients)
     counts = evaluate(trial.model, params, trial.test, trial.dataset.num_classes)
-    return counts, compute_metrics(counts, trial.threat.malicious, state.diverged)
+    val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes)
+    return counts, compute_metrics(counts, trial.threat.malicious, state.diverged, val)
 
 
 def simulate(trial: Trial, state: SimState | None = None,

@@ -22,6 +22,7 @@ METRIC_DIRECTIONS: dict[str, bool] = {
     "acc_malicious": True,  # pooled accuracy of the malicious clients (NaN when there are none)
     "loss_mean": False,  # mean over benign clients of the mean test loss
     "diverged": False,  # 1 if a non-finite model appeared during training
+    "val_acc_pooled": True,  # acc_pooled on the benign clients' validation data (hyperparameter selection)
 }
 
 
@@ -54,16 +55,22 @@ def worst_fraction_mean(values: np.ndarray, fraction: float = 0.1) -> float:
     return float(np.sort(values)[:k].mean())
 
 
-def compute_metrics(counts: Counts, malicious: np.ndarray, diverged: bool) -> dict[str, float]:
+def pooled_accuracy(counts: Counts, clients: np.ndarray) -> float:
+    """Sum of correct / sum of samples over the given clients (bool mask); 0 when they hold no sample."""
+    return float(counts.correct[clients].sum() / max(counts.total[clients].sum(), 1))
+
+
+def compute_metrics(counts: Counts, malicious: np.ndarray, diverged: bool,
+                    val: Counts | None = None) -> dict[str, float]:
+    """The registered metrics from the test counts (and ``val``, the validation counts; NaN without)."""
     benign = ~malicious
     if not benign.any():
         raise ValueError("metrics need at least one benign client")
     acc = counts.client_accuracy()[benign]
     class_std = counts.class_std()[benign]
-    pooled = counts.correct[benign].sum() / max(counts.total[benign].sum(), 1)
     mal_total = counts.total[malicious].sum()
     return {
-        "acc_pooled": float(pooled),
+        "acc_pooled": pooled_accuracy(counts, benign),
         "acc_mean": float(acc.mean()),
         "acc_std": float(acc.std()),
         "acc_worst10": worst_fraction_mean(acc),
@@ -72,6 +79,7 @@ def compute_metrics(counts: Counts, malicious: np.ndarray, diverged: bool) -> di
         "acc_malicious": float(counts.correct[malicious].sum() / mal_total) if mal_total else float("nan"),
         "loss_mean": float(counts.client_loss()[benign].mean()),
         "diverged": float(diverged),
+        "val_acc_pooled": pooled_accuracy(val, benign) if val is not None else float("nan"),
     }
 
 

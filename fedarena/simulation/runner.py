@@ -13,8 +13,8 @@ import torch
 
 import fedarena
 from fedarena.config import ExperimentConfig
-from fedarena.simulation.engine import SimState, simulate
-from fedarena.simulation.metrics import client_table, compute_metrics
+from fedarena.simulation.engine import SimState, evaluate_state, simulate
+from fedarena.simulation.metrics import client_table
 from fedarena.simulation.setup import Trial, build_trial
 
 
@@ -34,7 +34,7 @@ def code_version() -> dict[str, str]:
 def result_record(trial: Trial, state: SimState, counts) -> dict:
     final = dict(state.history[-1]) if state.history and state.history[-1]["round"] == state.round else None
     if final is None:  # resumed after the last evaluation: score the final state now
-        final = {"round": state.round, **compute_metrics(counts, trial.threat.malicious, state.diverged)}
+        final = {"round": state.round, **evaluate_state(trial, state)[1]}
     final["diverged"] = bool(state.diverged)
     return {
         "config": trial.cfg.to_dict(),

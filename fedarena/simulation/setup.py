@@ -54,7 +54,7 @@ class Trial:
     train: Pooled
     val: Pooled
     test: Pooled
-    weights: torch.Tensor  # [K] training sample counts
+    weights: torch.Tensor  # [K] aggregation weights (``aggregation_weights``)
     device: torch.device
 
 
@@ -138,9 +138,17 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
                           "backend's padding; use backend=sequential")
     poisoned = threat.effect.dataset
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
-    weights = torch.as_tensor(poisoned.train_sizes(), dtype=w0.dtype, device=device)
+    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes()).to(dtype=w0.dtype, device=device)
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
                  Backend(model, cfg.backend == "batched"), *pools, weights, device)
+
+
+def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:
+    """[K] weights the server rule sees, so that every client's size counts exactly once: the sample counts
+    under uniform sampling (FedAvg's weighted mean), all ones under size-proportional sampling, which already
+    drew clients in proportion to their sizes (Ditto Algorithm 2, whose mean is therefore uniform)."""
+    sizes = torch.as_tensor(train_sizes, dtype=torch.float64)
+    return torch.ones_like(sizes) if sampling == "proportional" else sizes
 
 
 def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:

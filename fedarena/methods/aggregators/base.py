@@ -4,8 +4,11 @@ An aggregator is a pure function over the stacked flat client updates of one rou
 
     agg(updates[n, d], *, weights[n], losses[n] | None, f, **hyperparameters) -> [d]
 
-``weights`` are the clients' sample counts, ``losses`` each client's training loss at the current global
-model (only rules in ``NEEDS_LOSSES`` read them), ``f`` the number of malicious clients assumed among the n.
+``weights`` are the clients' aggregation weights, chosen by the engine so that a client's sample count
+counts exactly once: all ones under size-proportional sampling (the sampling already counted the sizes), the
+sample counts under uniform sampling. Only rules in ``USES_WEIGHTS`` read them. ``losses`` are each client's
+training loss at the current global model (only rules in ``NEEDS_LOSSES`` read them), ``f`` the number of
+malicious clients assumed among the n.
 Each rule also has a feasibility check ``check(n, f, **hyperparameters)`` that raises ``ConfigError`` where
 the rule is undefined; the rule runs it itself, and ``check_aggregator`` runs it before training.
 """
@@ -26,6 +29,7 @@ AGGREGATORS: Registry[Aggregate] = Registry("aggregator")
 PRE_AGGREGATORS: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("pre-aggregator")
 CHECKS: dict[str, Check] = {}
 NEEDS_LOSSES: set[str] = set()
+USES_WEIGHTS: set[str] = set()
 
 # Coordinate-wise rules process at most this many elements at once (bounds sort/topk memory at d ~ 1e6+).
 CHUNK_ELEMENTS = 1 << 22
@@ -39,14 +43,16 @@ def check_common(n: int, f: int, **params) -> None:
         raise ConfigError(f"the number of malicious clients f must be >= 0, got f={f}")
 
 
-def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False):
-    """Register ``fn`` as aggregator ``name`` with its feasibility check."""
+def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False):
+    """Register ``fn`` as aggregator ``name`` with its feasibility check and the inputs it reads."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, fn)
         CHECKS[name] = check_common if check is None else check
         if needs_losses:
             NEEDS_LOSSES.add(name)
+        if uses_weights:
+            USES_WEIGHTS.add(name)
         return fn
 
     return decorator
@@ -72,7 +78,7 @@ def as_vector(values: torch.Tensor, like: torch.Tensor, what: str) -> torch.Tens
 
 
 def normalised_weights(weights: torch.Tensor, updates: torch.Tensor) -> torch.Tensor:
-    """Sample counts as [n] weights summing to one; negative counts or a zero total are errors."""
+    """Aggregation weights as [n] weights summing to one; negative counts or a zero total are errors."""
     vec = as_vector(weights, updates, "weights")
     if bool((vec < 0).any()) or not bool(vec.sum() > 0):
         raise ConfigError(f"weights must be non-negative with a positive sum, got {vec.tolist()}")

@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS, NEEDS_LOSSES, PRE_AGGREGATORS, Aggregate
+from fedarena.methods.aggregators.base import (
+    AGGREGATORS,
+    CHECKS,
+    NEEDS_LOSSES,
+    PRE_AGGREGATORS,
+    USES_WEIGHTS,
+    Aggregate,
+)
 from fedarena.params import ConfigError, resolve
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
@@ -36,12 +43,34 @@ class Aggregator:
     def needs_losses(self) -> bool:
         return self.name in NEEDS_LOSSES
 
+    @property
+    def uses_weights(self) -> bool:
+        return self.name in USES_WEIGHTS
+
     def __call__(
-        self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None
+        self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None,
+        client_weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """The rule over the round's updates. ``client_weights`` p[n] is a method's own weighting of the
+        clients (TERM, q-FFL, AFL, FedTilt); see ``with_client_weights``."""
+        if client_weights is not None:
+            updates, weights = self.with_client_weights(updates, weights, client_weights)
         for pre_aggregate in self.pre_fns:
             updates = pre_aggregate(updates)
         return self.rule(updates, weights=weights, losses=losses, f=self.f, **self.params)
+
+    def with_client_weights(self, updates: torch.Tensor, weights: torch.Tensor,
+                            p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(updates, weights) that make the rule apply p on top of its own weighting, counting sizes once.
+
+        A rule that ignores the weights sees update i scaled by n p_i: the uniform mean is then
+        sum_i p_i u_i, and a robust rule filters the reweighted updates. A rule that reads the weights a
+        (weighted_mean, geometric_median) gets weights a_i p_i and the updates scaled by sum(p), so its
+        weighted mean is sum(p) * sum_i a_i p_i u_i / sum_i a_i p_i (sum(p) is 1 except for q-FFL, whose
+        p carries its step size); a client's size is never multiplied in twice."""
+        if not self.uses_weights:
+            return updates * (len(p) * p).to(updates.dtype)[:, None], weights
+        return updates * p.sum().to(updates.dtype), weights * p.to(weights.dtype)
 
 
 def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
@@ -80,7 +109,7 @@ def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
 
 def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
     """Raise ConfigError if the rule cannot run on n sampled clients with f assumed malicious
-    (e.g. krum with 2f + 2 >= n, bulyan with n < 4f + 3, trimmed_mean with 2f >= n)."""
+    (e.g. krum and multi_krum with n - f - 2 < 1, bulyan with n < 4f + 3, trimmed_mean with 2f >= n)."""
     agg = make_aggregator(section, f=f)
     CHECKS[agg.name](n, agg.f, **agg.params)
 

@@ -11,6 +11,7 @@ from fedarena.methods.aggregators.base import (
     coordinate_median,
     normalised_weights,
     row_sq_distances,
+    vector_median,
 )
 from fedarena.params import ConfigError
 
@@ -31,7 +32,7 @@ def weiszfeld_objective(
     return alpha @ dist, dist
 
 
-@aggregator("geometric_median", check=check_geometric_median)
+@aggregator("geometric_median", check=check_geometric_median, uses_weights=True)
 def geometric_median(
     updates: torch.Tensor,
     *,
@@ -43,7 +44,8 @@ def geometric_median(
     tol: float = 1e-6,
 ) -> torch.Tensor:
     """RFA (Pillutla, Kakade, Harchaoui 2019): weighted geometric median argmin_v sum_i alpha_i ||v - x_i||,
-    alpha = sample counts normalised, by the smoothed Weiszfeld algorithm: start at the weighted mean, then
+    alpha = the aggregation weights normalised (sample counts under uniform sampling, as RFA; equal under
+    size-proportional sampling, which already counted the sizes), by the smoothed Weiszfeld algorithm: start at the weighted mean, then
     beta_i = alpha_i / max(eps, ||v - x_i||), v <- sum_i beta_i x_i / sum_i beta_i, for at most ``iters``
     iterations, stopping once the objective improves by at most tol * objective. (RFA's own runs use a few
     iterations; the default here converges on typical inputs.)"""
@@ -63,11 +65,12 @@ def geometric_median(
 
 
 def check_centered_clipping(
-    n: int, f: int, *, tau: float = 1.0, iters: int = 1, center: str = "median"
+    n: int, f: int, *, tau: float | None = None, iters: int = 1, center: str = "median"
 ) -> None:
     check_common(n, f)
-    if tau <= 0 or iters < 1:
-        raise ConfigError(f"centered_clipping needs tau > 0 and iters >= 1; got tau={tau}, iters={iters}")
+    if (tau is not None and tau <= 0) or iters < 1:
+        raise ConfigError(f"centered_clipping needs tau > 0 (or null: the round's median distance) and "
+                          f"iters >= 1; got tau={tau}, iters={iters}")
     if center not in CENTRES:
         raise ConfigError(f"centered_clipping: unknown center {center!r}; allowed: {', '.join(CENTRES)}")
 
@@ -79,7 +82,7 @@ def centered_clipping(
     weights: torch.Tensor,
     losses: torch.Tensor | None,
     f: int,
-    tau: float = 1.0,
+    tau: float | None = None,
     iters: int = 1,
     center: str = "median",
 ) -> torch.Tensor:
@@ -87,11 +90,14 @@ def centered_clipping(
     ||x_i - v||), ``iters`` times (the paper uses one). The paper starts from the previous round's aggregate
     (server momentum); this stateless variant starts from the round's coordinate-wise median
     (center="median", default) or from zero (center="zero", i.e. the unchanged global model). Uniform weights
-    as in the paper; tau is in the units of the updates."""
+    as in the paper. tau None (default, scale-free): the median of the distances ||x_i - v|| from the
+    starting centre, so the farther half of the updates is clipped whatever the model's scale; a number
+    fixes tau in the units of the updates (an absolute tau that exceeds every distance clips nothing)."""
     n = check_updates(updates, f)
     check_centered_clipping(n, f, tau=tau, iters=iters, center=center)
     v = coordinate_median(updates) if center == "median" else updates.new_zeros(updates.shape[1])
+    radius = vector_median(row_sq_distances(updates, v).sqrt()) if tau is None else tau
     for _ in range(iters):
-        scale = (tau / row_sq_distances(updates, v).sqrt().clamp_min(1e-30)).clamp(max=1.0)
+        scale = (radius / row_sq_distances(updates, v).sqrt().clamp_min(1e-30)).clamp(max=1.0)
         v = v + (scale @ updates - scale.sum() * v) / n  # v + mean_i scale_i (x_i - v)
     return v

@@ -69,7 +69,8 @@ def multi_krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None
 ) -> torch.Tensor:
     """Multi-Krum (Blanchard et al. 2017): Krum scores with k = n - f - 2 neighbours; uniform mean of the m
-    lowest-score updates, m = n - f by default (Ditto's reference ``mkrum_average``); m = 1 is Krum."""
+    lowest-score updates, m = n - f by default (Ditto's reference ``mkrum_average``); m = 1 is Krum. Like
+    Krum, raises where n - f - 2 < 1."""
     n = check_updates(updates, f)
     check_multi_krum(n, f, m=m)
     scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)

@@ -33,11 +33,13 @@ def mean(
     return updates.mean(dim=0)
 
 
-@aggregator("weighted_mean")
+@aggregator("weighted_mean", uses_weights=True)
 def weighted_mean(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
-    """Sample-weighted mean sum_i w_i u_i / sum_i w_i (FedAvg, McMahan et al. 2017, with uniform sampling)."""
+    """Weighted mean sum_i w_i u_i / sum_i w_i of the aggregation weights: FedAvg (McMahan et al. 2017) with
+    uniform sampling, where the weights are the sample counts; under size-proportional sampling the weights
+    are equal (sizes already counted by the sampling) and this is the uniform mean."""
     check_updates(updates, f)
     return normalised_weights(weights, updates) @ updates
 
