@@ -11,6 +11,7 @@ import yaml
 from fedarena.config import ExperimentConfig, apply_override, parse_value
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
+from fedarena.sections import section_keys
 
 # flag -> config key (top level or "section.key")
 RUN_FLAGS = {
@@ -37,8 +38,6 @@ def add_run_parser(sub) -> None:
 
 
 def config_from_args(args) -> ExperimentConfig:
-    from fedarena.simulation.setup import section_hyperparameters
-
     data = ExperimentConfig().to_dict()
     if args.config:
         loaded = yaml.safe_load(args.config.read_text()) or {}
@@ -54,7 +53,7 @@ def config_from_args(args) -> ExperimentConfig:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        apply_override(data, key.strip(), parse_value(text), section_hyperparameters(cfg))
+        apply_override(data, key.strip(), parse_value(text), section_keys(cfg))
         cfg = ExperimentConfig.from_dict(data)
     return cfg
 

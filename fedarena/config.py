@@ -2,7 +2,7 @@
 
 Component sections (dataset, model, method, attack, aggregator) are ``{"name": ..., **hyperparameters}``;
 their hyperparameters are checked against the registered component's signature when the config is
-resolved (``fedarena.simulation.setup.resolve_config``), so a misspelled key is an error, never ignored.
+resolved (``fedarena.sections.resolve_config``), so a misspelled key is an error, never ignored.
 """
 
 from __future__ import annotations

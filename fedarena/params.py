@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from fedarena.registry import Registry
 
 
 class ConfigError(ValueError):
@@ -63,3 +66,40 @@ def coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
     if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
         raise ConfigError(f"{kind} {name!r}: {key} must be a number, got {value!r}")
     return value
+
+
+def _no_structure(section: Mapping[str, Any]) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class SectionKind:
+    """How a config section of one kind of component is resolved and checked.
+
+    A section is ``{"name": ..., **structural keys, **hyperparameters}``: ``name`` picks a registry entry,
+    ``structural_keys`` are read by ``structure`` (e.g. an attack's level), and every other key must be a
+    keyword-only argument of ``signature(entry)``. Each component package declares its kind next to its
+    registry; ``fedarena.sections`` is the table of all of them.
+    """
+
+    kind: str
+    registry: Registry
+    signature: Callable[[Any], Callable]  # entry -> the callable whose keyword-only arguments are the keys
+    structural_keys: tuple[str, ...] = ()
+    structure: Callable[[Mapping[str, Any]], dict] = _no_structure  # the resolved structural keys
+    exclude: tuple[str, ...] = ()  # keyword-only arguments that are not config keys (an aggregator's inputs)
+
+    def keys(self, name: str) -> set[str]:
+        """Every key a section of entry ``name`` may hold besides ``name``."""
+        return set(hyperparameters(self.signature(self.registry.get(name)), self.exclude)) | set(self.structural_keys)
+
+    def resolve(self, section: Mapping[str, Any]) -> dict:
+        """``{"name", **structural, **hyperparameters with defaults}``; unknown names or keys raise errors
+        that list what is allowed."""
+        if "name" not in section:
+            raise ConfigError(f"a {self.kind} section needs a 'name'; available: {', '.join(self.registry.names())}")
+        name = section["name"]
+        entry = self.registry.get(name)
+        given = {k: v for k, v in section.items() if k != "name" and k not in self.structural_keys}
+        params = resolve(self.kind, name, self.signature(entry), given, exclude=self.exclude)
+        return {"name": name, **self.structure(section), **params}

@@ -59,6 +59,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def registered(self) -> list[str]:
+        """The names in registration order (where the order means something, e.g. table columns)."""
+        return list(self._entries)
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 

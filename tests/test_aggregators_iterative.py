@@ -20,7 +20,7 @@ def tensor(rows):
 
 def run(name, updates, weights=None, f=0, **params):
     weights = torch.ones(updates.shape[0], dtype=updates.dtype) if weights is None else tensor(weights)
-    return AGGREGATORS.get(name)(updates, weights=weights, losses=None, f=f, **params)
+    return AGGREGATORS.get(name).rule(updates, weights=weights, losses=None, f=f, **params)
 
 
 def expect(actual, expected, atol=1e-9):

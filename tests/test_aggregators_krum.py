@@ -24,7 +24,7 @@ def tensor(rows):
 
 
 def run(name, updates, f, **params):
-    return AGGREGATORS.get(name)(updates, weights=torch.ones(updates.shape[0]), losses=None, f=f, **params)
+    return AGGREGATORS.get(name).rule(updates, weights=torch.ones(updates.shape[0]), losses=None, f=f, **params)
 
 
 def expect(actual, expected):

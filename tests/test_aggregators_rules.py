@@ -23,7 +23,7 @@ def round_of_seven():
 
 def run(name, updates, weights=None, losses=None, f=0, **params):
     weights = torch.ones(updates.shape[0], dtype=updates.dtype) if weights is None else weights
-    return AGGREGATORS.get(name)(updates, weights=weights, losses=losses, f=f, **params)
+    return AGGREGATORS.get(name).rule(updates, weights=weights, losses=losses, f=f, **params)
 
 
 def expect(actual, expected):

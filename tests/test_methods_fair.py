@@ -21,7 +21,7 @@ mean_rule = make_aggregator({"name": "mean"}, f=0)
 
 
 def info(losses, ids=(0, 1), lr=0.1):
-    return ServerInfo(torch.ones(len(losses)), torch.tensor(losses), torch.tensor(ids), lr)
+    return ServerInfo(torch.ones(len(losses)), torch.as_tensor(losses), torch.tensor(ids), lr)
 
 
 def final_state(small_config, method, **overrides):
@@ -32,9 +32,9 @@ def final_state(small_config, method, **overrides):
 
 def test_term_with_t_zero_is_the_mean_and_tilts_towards_high_loss():
     losses = torch.tensor([0.0, math.log(3.0)])
-    flat = build_method({"name": "term", "t": 0.0}).server_update(W, UPDATES, torch.ones(2), losses, mean_rule)
+    flat = build_method({"name": "term", "t": 0.0}).server_step(W, {}, UPDATES, info(losses), mean_rule)[0]
     torch.testing.assert_close(flat, W + torch.tensor([0.5, 0.5]))
-    tilted = build_method({"name": "term", "t": 1.0}).server_update(W, UPDATES, torch.ones(2), losses, mean_rule)
+    tilted = build_method({"name": "term", "t": 1.0}).server_step(W, {}, UPDATES, info(losses), mean_rule)[0]
     torch.testing.assert_close(tilted, W + torch.tensor([0.25, 0.75]))  # weights e^0 : e^(ln 3)
 
 

@@ -7,11 +7,12 @@ import torch
 
 from fedarena.methods import build_method
 from fedarena.methods.aggregators import make_aggregator
+from fedarena.methods.base import ServerInfo
 from fedarena.methods.tilted import tilted_loss_fn
+from fedarena.models.backends import Backend
+from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MeanEstimator
-from fedarena.simulation.backends import Backend
-from fedarena.simulation.data import Batch
 from fedarena.simulation.engine import initial_state, run_round, sample_clients, simulate
 from fedarena.simulation.setup import build_trial
 
@@ -19,6 +20,7 @@ TINY_MLP = {"name": "mlp", "hidden": [16]}
 
 
 mean_rule = make_aggregator({"name": "mean"}, f=0)
+NO_LOSSES = ServerInfo(torch.ones(2), None, torch.tensor([0, 1]), 0.01)  # a round of two equal-weight clients
 
 
 @pytest.mark.parametrize("backend", ["sequential", "batched"])
@@ -53,12 +55,12 @@ def test_tilted_aggregation_weights_updates_by_exp_q_dist():
     updates = torch.tensor([[3.0, 0.0], [0.0, 1.0]])  # squared distances 9 and 1
     w = torch.tensor([1.0, 1.0])
     q = math.log(2.0) / 8  # exp(9 q) / exp(q) = 2: weights 2/3, 1/3
-    out = build_method({"name": "fedtilt", "q": q}).server_update(w, updates, torch.ones(2), None, mean_rule)
+    out = build_method({"name": "fedtilt", "q": q}).server_step(w, {}, updates, NO_LOSSES, mean_rule)[0]
     torch.testing.assert_close(out, w + torch.tensor([2.0, 1 / 3]))
-    flat = build_method({"name": "fedtilt", "q": 0.0}).server_update(w, updates, torch.ones(2), None, mean_rule)
+    flat = build_method({"name": "fedtilt", "q": 0.0}).server_step(w, {}, updates, NO_LOSSES, mean_rule)[0]
     torch.testing.assert_close(flat, w + torch.tensor([1.5, 0.5]))
     robust = build_method({"name": "fedtilt", "q": -q, "dist": "euclidean"})
-    out = robust.server_update(w, updates, torch.ones(2), None, mean_rule)  # distances 3, 1: weights 1 : 2^(1/4)
+    out = robust.server_step(w, {}, updates, NO_LOSSES, mean_rule)[0]  # distances 3, 1: weights 1 : 2^(1/4)
     far = 1 / (1 + 2**0.25)
     torch.testing.assert_close(out, w + torch.tensor([3 * far, 1 - far]))
 

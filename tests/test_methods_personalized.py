@@ -9,10 +9,10 @@ import torch
 from fedarena.methods import build_method
 from fedarena.methods.base import StepContext
 from fedarena.methods.finetune import symmetric_kl
+from fedarena.models.backends import Backend
+from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MeanEstimator
-from fedarena.simulation.backends import Backend
-from fedarena.simulation.data import Batch
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.setup import build_trial
 

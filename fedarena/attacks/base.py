@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset
-from fedarena.params import ConfigError, resolve
+from fedarena.params import ConfigError, SectionKind
 from fedarena.registry import Registry
 
 # tamper(updates[n, d], malicious[n] bool, generator) -> updates[n, d]
@@ -54,19 +54,12 @@ class ThreatModel:
 
 
 ATTACKS: Registry[Callable[..., Effect]] = Registry("attack")
-STRUCTURAL_KEYS = ("name", "level")
 
 
 @ATTACKS.register("none")
 def no_attack(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
     """Clean training (level must be 0)."""
     return Effect(dataset)
-
-
-def attack_params(section: dict) -> dict:
-    name = section["name"]
-    given = {k: v for k, v in section.items() if k not in STRUCTURAL_KEYS}
-    return resolve("attack", name, ATTACKS.get(name), given)
 
 
 def level_value(section: dict) -> float:
@@ -77,12 +70,26 @@ def level_value(section: dict) -> float:
     return float(level)
 
 
+ATTACK_SECTION = SectionKind("attack", ATTACKS, signature=lambda build: build, structural_keys=("level",),
+                             structure=lambda section: {"level": level_value(section)})
+
+
+def attack_params(section: dict) -> dict:
+    """The attack's hyperparameters with defaults filled in (without its name and level)."""
+    return {k: v for k, v in ATTACK_SECTION.resolve(section).items() if k not in ("name", "level")}
+
+
+def malicious_count(level: float, num_clients: int) -> int:
+    """Size of the malicious set for a corruption level: round(level * K)."""
+    return int(round(level * num_clients))
+
+
 def check_level(section: dict, num_clients: int) -> int:
     """Number of malicious clients for the section's level; errors for impossible levels."""
     level = level_value(section)
     if section["name"] == "none" and level > 0:
         raise ConfigError(f"attack 'none' with level {level}: choose an attack ({', '.join(ATTACKS.names())})")
-    count = int(round(level * num_clients))
+    count = malicious_count(level, num_clients)
     if count >= num_clients:
         raise ConfigError(f"level {level} corrupts all {num_clients} clients; no benign client would remain")
     return count

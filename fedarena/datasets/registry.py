@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedarena.params import resolve
+from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 
@@ -20,6 +20,9 @@ class DatasetSpec:
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
 
 
+DATASET_SECTION = SectionKind("dataset", DATASETS, signature=lambda spec: spec.build)
+
+
 def register_dataset(name: str, *, model: str) -> Callable:
     def decorator(fn: Callable) -> Callable:
         DATASETS.add(name, DatasetSpec(fn, model))
@@ -30,9 +33,9 @@ def register_dataset(name: str, *, model: str) -> Callable:
 
 def dataset_options(name: str, options: dict) -> dict:
     """The dataset's options with defaults filled in; unknown keys raise ConfigError."""
-    return resolve("dataset", name, DATASETS.get(name).build, options)
+    resolved = DATASET_SECTION.resolve({"name": name, **options})
+    return {k: v for k, v in resolved.items() if k != "name"}
 
 
 def build_dataset(name: str, options: dict, rng: np.random.Generator):
-    spec = DATASETS.get(name)
-    return spec.build(rng, **dataset_options(name, options))
+    return DATASETS.get(name).build(rng, **dataset_options(name, options))

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from fedarena.params import resolve
+from fedarena.models.backends import Backend
+from fedarena.models.batch import Batch
+from fedarena.params import SectionKind
 from fedarena.registry import Registry
-from fedarena.simulation.backends import Backend
-from fedarena.simulation.data import Batch
 
 # aggregate(updates[n, d], weights[n], losses[n] | None, client_weights=p[n] | None) -> [d]: the configured
 # server rule (defense), a ``methods.aggregators.Aggregator``
@@ -52,13 +52,14 @@ def sgd(params: torch.Tensor, grads: torch.Tensor, lr: float, active: torch.Tens
 
 
 class Method:
-    """FedAvg-shaped defaults; a method overrides what differs. Hyperparameters are constructor args."""
+    """FedAvg-shaped defaults; a method overrides what differs. A method is one class, registered with
+    ``@method(name)``: its constructor's keyword-only arguments are its config keys (checked there)."""
 
     name = "method"
     evaluates = "global"  # "global" or "personal": which parameters score a client at evaluation
     uses_aggregator = True  # False: the method has no global aggregation (e.g. local training)
     needs_val = False  # True: StepContext.val is filled with the group's validation data
-    needs_losses = False  # True: server_update needs each client's training loss at the global model
+    needs_losses = False  # True: server_step needs each client's training loss at the global model
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression")  # dataset tasks the method is defined for
 
@@ -78,15 +79,12 @@ class Method:
         """(updates [n, d] sent to the server, new per-client state)."""
         return local["w"] - w, clients
 
-    def server_update(self, w: torch.Tensor, updates: torch.Tensor, weights: torch.Tensor,
-                      losses: torch.Tensor | None, aggregate: Aggregate) -> torch.Tensor:
-        return w + aggregate(updates, weights, losses)
-
     def server_step(self, w: torch.Tensor, clients: dict, updates: torch.Tensor, info: ServerInfo,
                     aggregate: Aggregate) -> tuple[torch.Tensor, dict]:
-        """(new global model, per-client state) after a round. Defaults to ``server_update``; a method that
-        reads or writes per-client state on the server (AFL's dual weights) overrides this instead."""
-        return self.server_update(w, updates, info.weights, info.losses, aggregate), clients
+        """(new global model, per-client state) after a round: by default w + the configured rule over the
+        updates. The one server hook: fair methods pass their client weighting to ``aggregate``, and
+        methods with server-side per-client state (AFL's dual weights) update it here."""
+        return w + aggregate(updates, info.weights, info.losses), clients
 
     # Optional post-training phase, run once after the last round when ``finalize_epochs`` > 0 (the
     # finetuning baselines): every client runs that many epochs of ``finalize_step`` minibatch steps.
@@ -105,14 +103,26 @@ class Method:
         return clients["personal"] if self.evaluates == "personal" else w
 
 
-METHODS: Registry[Callable[..., Method]] = Registry("method")
+METHODS: Registry[type[Method]] = Registry("method")
+
+
+def method(name: str):
+    """Register a ``Method`` class under ``name`` (also its ``name`` attribute, used in messages)."""
+
+    def decorator(cls: type[Method]) -> type[Method]:
+        cls.name = name
+        METHODS.add(name, cls)
+        return cls
+
+    return decorator
+
+
+METHOD_SECTION = SectionKind("method", METHODS, signature=lambda cls: cls)
 
 
 def build_method(section: dict) -> Method:
-    name = section["name"]
-    factory = METHODS.get(name)
-    given = {k: v for k, v in section.items() if k != "name"}
-    return factory(**resolve("method", name, factory, given))
+    resolved = METHOD_SECTION.resolve(section)
+    return METHODS.get(resolved.pop("name"))(**resolved)
 
 
 def scatter_rows(table: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.base import METHODS, Method, StepContext, scatter_rows, sgd
-from fedarena.simulation.data import Batch
+from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
+from fedarena.models.batch import Batch
 
 
+@method("global")
 class FedAvg(Method):
     """FedAvg (McMahan et al. 2017) as Ditto's "global" baseline: local SGD from w^t, then the server
     rule (uniform mean by default, or any robust aggregator) over the updates w_k - w^t."""
 
-    name = "global"
 
-
+@method("local")
 class LocalOnly(Method):
     """Every device trains its own model alone ("local" in Ditto's tables): when selected, a device takes
     the round's local SGD steps on its personal model; devices never selected keep the initial model.
     There is no server aggregation. Equals Ditto with lambda = 0 step for step."""
 
-    name = "local"
     evaluates = "personal"
     uses_aggregator = False
 
@@ -38,15 +37,5 @@ class LocalOnly(Method):
         personal = scatter_rows(clients["personal"], ids, local["v"])
         return torch.zeros_like(local["v"]), {**clients, "personal": personal}
 
-    def server_update(self, w, updates, weights, losses, aggregate) -> torch.Tensor:
-        return w
-
-
-@METHODS.register("global")
-def fedavg() -> Method:
-    return FedAvg()
-
-
-@METHODS.register("local")
-def local() -> Method:
-    return LocalOnly()
+    def server_step(self, w, clients, updates, info, aggregate):
+        return w, clients

@@ -11,26 +11,35 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.base import METHODS, Method, StepContext, scatter_rows, sgd
+from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
+from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
-from fedarena.simulation.data import Batch
 
 DYNAMIC_CANDIDATES = {"strong": (0.05, 0.1, 0.2), "normal": (0.1, 1.0, 2.0)}  # Ditto Appendix D.2
 FEW_VAL_SAMPLES = 4  # devices with fewer validation samples use a fixed lambda
 FEW_VAL_LAMBDA = {"strong": 0.1, "normal": 1.0}
 
 
+@method("ditto")
 class Ditto(Method):
-    name = "ditto"
+    """Ditto (see the module docstring). ``lam``: fixed lambda (ignored when ``dynamic_lam``);
+    ``dynamic_lam``: Appendix D.2's per-device lambda chosen on validation data, from ``lam_candidates``
+    (``lam_candidates_strong`` under a strong attack), which default to Appendix D.2's sets."""
+
     evaluates = "personal"
 
-    def __init__(self, lam: float, dynamic: bool, candidates: tuple[float, ...] | None,
-                 candidates_strong: tuple[float, ...] | None):
-        self.lam = lam
-        self.dynamic = dynamic
-        self.needs_val = dynamic
-        self.candidates = {"normal": candidates or DYNAMIC_CANDIDATES["normal"],
-                           "strong": candidates_strong or DYNAMIC_CANDIDATES["strong"]}
+    def __init__(self, *, lam: float = 1.0, dynamic_lam: bool = False, lam_candidates: tuple | None = None,
+                 lam_candidates_strong: tuple | None = None):
+        if lam < 0:
+            raise ConfigError(f"ditto lam must be >= 0, got {lam}")
+        for cands in (lam_candidates, lam_candidates_strong):
+            if cands is not None and (not cands or min(cands) < 0):
+                raise ConfigError(f"ditto lambda candidates must be a non-empty list of values >= 0, got {cands}")
+        self.lam = float(lam)
+        self.dynamic_lam = dynamic_lam
+        self.needs_val = dynamic_lam
+        self.candidates = {"normal": tuple(lam_candidates or DYNAMIC_CANDIDATES["normal"]),
+                           "strong": tuple(lam_candidates_strong or DYNAMIC_CANDIDATES["strong"])}
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"personal": w.expand(num_clients, -1).clone()}
@@ -44,7 +53,7 @@ class Ditto(Method):
         _, grads = ctx.backend.grad(both, doubled)
         g_w, g_v = grads.chunk(2)
         w_new = sgd(local["w"], g_w, ctx.lr, batch.active)
-        if self.dynamic:
+        if self.dynamic_lam:
             v_new = self._greedy_personal_step(local["v"], g_v, ctx, batch.active)
         else:
             v_new = sgd(local["v"], g_v + self.lam * (local["v"] - ctx.w_round), ctx.lr, batch.active)
@@ -68,15 +77,3 @@ class Ditto(Method):
         personal = scatter_rows(clients["personal"], ids, local["v"])
         return local["w"] - w, {**clients, "personal": personal}
 
-
-@METHODS.register("ditto")
-def ditto(*, lam: float = 1.0, dynamic_lam: bool = False, lam_candidates: tuple | None = None,
-          lam_candidates_strong: tuple | None = None) -> Method:
-    """``lam``: fixed lambda (ignored when ``dynamic_lam``); candidates default to Appendix D.2's sets."""
-    if lam < 0:
-        raise ConfigError(f"ditto lam must be >= 0, got {lam}")
-    for cands in (lam_candidates, lam_candidates_strong):
-        if cands is not None and (not cands or min(cands) < 0):
-            raise ConfigError(f"ditto lambda candidates must be a non-empty list of values >= 0, got {cands}")
-    return Ditto(float(lam), dynamic_lam, lam_candidates and tuple(lam_candidates),
-                 lam_candidates_strong and tuple(lam_candidates_strong))

@@ -10,28 +10,28 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.base import METHODS, Aggregate, Method, ServerInfo
+from fedarena.methods.base import Aggregate, Method, ServerInfo, method
 from fedarena.methods.tilted import tilted_weights
 from fedarena.params import ConfigError
 
 QFFL_EPS = 1e-10  # the q-FFL reference adds it to the losses before taking powers
 
 
+@method("term")
 class Term(Method):
     """Ditto's "fair" baseline, TERM (Li, Beirami, Sanjabi, Smith, ICLR 2021) at the client level: FedAvg
     local training, and the server averages the updates with weights proportional to exp(t * F_k(w^t)),
     F_k(w^t) the client's training loss at the round-start global model (Ditto reference code: weights
-    exp(q * loss), t = 1; Section 4.3 also t = 2, 5). t = 0 is the plain mean."""
+    exp(q * loss), t = 1; Section 4.3 also t = 2, 5). t = 0 is the plain mean; negative t down-weights."""
 
-    name = "term"
     needs_losses = True
 
-    def __init__(self, t: float):
-        self.t = t
+    def __init__(self, *, t: float = 1.0):
+        self.t = float(t)
 
-    def server_update(self, w, updates, weights, losses, aggregate: Aggregate) -> torch.Tensor:
-        p = tilted_weights(losses.to(torch.float64), self.t)
-        return w + aggregate(updates, weights, losses, client_weights=p)
+    def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
+        p = tilted_weights(info.losses.to(torch.float64), self.t)
+        return w + aggregate(updates, info.weights, info.losses, client_weights=p), clients
 
 
 def qffl_weights(losses: torch.Tensor, updates: torch.Tensor, q: float, lr: float) -> torch.Tensor:
@@ -50,16 +50,19 @@ def qffl_weights(losses: torch.Tensor, updates: torch.Tensor, q: float, lr: floa
     return big_l * f**q / h.sum()
 
 
+@method("qffl")
 class QFFL(Method):
     """q-FFL solved with q-FedAvg (Li et al., ICLR 2020): FedAvg local training; the server step weights
     client k by F_k^q (F_k its training loss at the round-start global model) and uses the dynamic step
-    size 1 / sum_k h_k from the Lipschitz estimate L = 1/lr (``qffl_weights``). q = 0 is FedAvg."""
+    size 1 / sum_k h_k from the Lipschitz estimate L = 1/lr (``qffl_weights``). ``q`` >= 0: fairness
+    exponent (0 = FedAvg; larger q = more uniform losses)."""
 
-    name = "qffl"
     needs_losses = True
 
-    def __init__(self, q: float):
-        self.q = q
+    def __init__(self, *, q: float = 1.0):
+        if q < 0:
+            raise ConfigError(f"qffl q must be >= 0, got {q}")
+        self.q = float(q)
 
     def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         p = qffl_weights(info.losses, updates, self.q, info.lr)
@@ -76,6 +79,7 @@ def project_simplex(v: torch.Tensor) -> torch.Tensor:
     return (v - theta).clamp_min(0)
 
 
+@method("afl")
 class AFL(Method):
     """Agnostic FL (Mohri, Sivek, Suresh, ICML 2019): min_w max_{lambda in simplex} sum_k lambda_k F_k(w),
     by stochastic gradient descent-ascent as in the q-FFL authors' baseline (fair_flearn, trainers/afl.py):
@@ -83,13 +87,15 @@ class AFL(Method):
     them; with full participation this is sum_k lambda_k (w_k - w)), then takes a projected ascent step
     lambda <- Proj_simplex(lambda + lr_lambda * F(w^t)) on the selected clients' losses at w^t.
     The dual weights are per-client state (``afl_lambda``, starting uniform). Evaluates the last iterate
-    (the reference reports the running average of the iterates)."""
+    (the reference reports the running average of the iterates). ``lr_lambda`` > 0: step size of the
+    projected ascent on the client mixture weights."""
 
-    name = "afl"
     needs_losses = True
 
-    def __init__(self, lr_lambda: float):
-        self.lr_lambda = lr_lambda
+    def __init__(self, *, lr_lambda: float = 0.01):
+        if lr_lambda <= 0:
+            raise ConfigError(f"afl lr_lambda must be > 0, got {lr_lambda}")
+        self.lr_lambda = float(lr_lambda)
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"afl_lambda": torch.full((num_clients,), 1.0 / num_clients, dtype=w.dtype, device=w.device)}
@@ -103,24 +109,3 @@ class AFL(Method):
         lam.copy_(project_simplex(ascended))  # per-client table, updated in place like scatter_rows
         return w_new, clients
 
-
-@METHODS.register("term")
-def term(*, t: float = 1.0) -> Method:
-    """``t``: tilt of the client weights exp(t * loss) (Ditto uses 1, 2, 5; negative t down-weights)."""
-    return Term(float(t))
-
-
-@METHODS.register("qffl")
-def qffl(*, q: float = 1.0) -> Method:
-    """``q`` >= 0: fairness exponent (q-FFL paper: 0 = FedAvg; larger q = more uniform losses)."""
-    if q < 0:
-        raise ConfigError(f"qffl q must be >= 0, got {q}")
-    return QFFL(float(q))
-
-
-@METHODS.register("afl")
-def afl(*, lr_lambda: float = 0.01) -> Method:
-    """``lr_lambda`` > 0: step size of the projected ascent on the client mixture weights."""
-    if lr_lambda <= 0:
-        raise ConfigError(f"afl lr_lambda must be > 0, got {lr_lambda}")
-    return AFL(float(lr_lambda))

@@ -8,18 +8,20 @@ configured rule. The inexactness of the local solve is the engine's fixed number
 
 from __future__ import annotations
 
-from fedarena.methods.base import METHODS, Method, StepContext, sgd
+from fedarena.methods.base import Method, StepContext, method, sgd
+from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
-from fedarena.simulation.data import Batch
 
 
+@method("fedprox")
 class FedProx(Method):
-    """FedProx's local solver: SGD on F_k(w_k) + (mu/2) ||w_k - w^t||^2 (see the module docstring)."""
+    """FedProx's local solver: SGD on F_k(w_k) + (mu/2) ||w_k - w^t||^2 (see the module docstring).
+    ``mu`` >= 0: weight of the proximal term (FedProx paper tunes it in {0.001, 0.01, 0.1, 1})."""
 
-    name = "fedprox"
-
-    def __init__(self, mu: float):
-        self.mu = mu
+    def __init__(self, *, mu: float = 0.01):
+        if mu < 0:
+            raise ConfigError(f"fedprox mu must be >= 0, got {mu}")
+        self.mu = float(mu)
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict:
         _, g = ctx.backend.grad(local["w"], batch)
@@ -27,10 +29,3 @@ class FedProx(Method):
             g = g + self.mu * (local["w"] - ctx.w_round)
         return {**local, "w": sgd(local["w"], g, ctx.lr, batch.active)}
 
-
-@METHODS.register("fedprox")
-def fedprox(*, mu: float = 0.01) -> Method:
-    """``mu`` >= 0: weight of the proximal term (FedProx paper tunes it in {0.001, 0.01, 0.1, 1})."""
-    if mu < 0:
-        raise ConfigError(f"fedprox mu must be >= 0, got {mu}")
-    return FedProx(float(mu))

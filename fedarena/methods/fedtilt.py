@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.base import METHODS, Aggregate, Method, StepContext, scatter_rows, sgd
+from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.tilted import tilted_loss_fn, tilted_weights
+from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
-from fedarena.simulation.data import Batch
 
 DISTANCES = ("sq_euclidean", "euclidean")
 
@@ -40,15 +40,26 @@ def repeat_batch(batch: Batch, times: int) -> Batch:
     return Batch(*(torch.cat([t] * times) for t in (batch.x, batch.y, batch.mask, batch.active, batch.index)))
 
 
+@method("fedtilt")
 class FedTilt(Method):
     """FedTilt Algorithm 1 (see the module docstring): tilted intermediate and personal models per client,
-    tilted aggregation over the distances of the intermediate models on the server."""
+    tilted aggregation over the distances of the intermediate models on the server.
 
-    name = "fedtilt"
+    ``q``: tilt of the global aggregation over the distances dist(w_n, w) (> 0: pull towards far clients,
+    client fairness; < 0: ignore them, robustness); ``tau``: tilt across classes (client data fairness);
+    ``lam``: tilt across the samples of a class (< 0 suppresses outliers); ``mu``: personal regularisation
+    (paper: 0.01); ``dist``: sq_euclidean (default; q = 0 is FedAvg) or euclidean. The defaults are Ditto
+    with lambda = mu; the paper's clean MNIST setting is tau = 50, lam = 100."""
+
     evaluates = "personal"
 
-    def __init__(self, q: float, tau: float, lam: float, mu: float, dist: str):
-        self.q, self.tau, self.lam, self.mu, self.dist = q, tau, lam, mu, dist
+    def __init__(self, *, q: float = 0.0, tau: float = 0.0, lam: float = 0.0, mu: float = 0.01,
+                 dist: str = "sq_euclidean"):
+        if mu < 0:
+            raise ConfigError(f"fedtilt mu must be >= 0, got {mu}")
+        if dist not in DISTANCES:
+            raise ConfigError(f"fedtilt dist must be one of {', '.join(DISTANCES)}; got {dist!r}")
+        self.q, self.tau, self.lam, self.mu, self.dist = float(q), float(tau), float(lam), float(mu), dist
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"personal": w.expand(num_clients, -1).clone()}
@@ -69,23 +80,9 @@ class FedTilt(Method):
         personal = scatter_rows(clients["personal"], ids, local["v"])
         return local["w"] - w, {**clients, "personal": personal}
 
-    def server_update(self, w, updates, weights, losses, aggregate: Aggregate) -> torch.Tensor:
+    def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         if self.q == 0:
-            return w + aggregate(updates, weights, losses)
+            return w + aggregate(updates, info.weights, info.losses), clients
         p = tilted_weights(update_distances(updates, self.dist), self.q)
-        return w + aggregate(updates, weights, losses, client_weights=p)
+        return w + aggregate(updates, info.weights, info.losses, client_weights=p), clients
 
-
-@METHODS.register("fedtilt")
-def fedtilt(*, q: float = 0.0, tau: float = 0.0, lam: float = 0.0, mu: float = 0.01,
-            dist: str = "sq_euclidean") -> Method:
-    """``q``: tilt of the global aggregation over the distances dist(w_n, w) (> 0: pull towards far
-    clients, client fairness; < 0: ignore them, robustness); ``tau``: tilt across classes (client data
-    fairness); ``lam``: tilt across the samples of a class (< 0 suppresses outliers); ``mu``: personal
-    regularisation (paper: 0.01); ``dist``: sq_euclidean (default; q = 0 is FedAvg) or euclidean.
-    The defaults are Ditto with lambda = mu; the paper's clean MNIST setting is tau = 50, lam = 100."""
-    if mu < 0:
-        raise ConfigError(f"fedtilt mu must be >= 0, got {mu}")
-    if dist not in DISTANCES:
-        raise ConfigError(f"fedtilt dist must be one of {', '.join(DISTANCES)}; got {dist!r}")
-    return FedTilt(float(q), float(tau), float(lam), float(mu), dist)

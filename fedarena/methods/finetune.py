@@ -12,20 +12,29 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fedarena.methods.base import METHODS, Method, StepContext, scatter_rows, sgd
+from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
+from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
-from fedarena.simulation.data import Batch
 
 DITTO_FINETUNE_EPOCHS = 50
 
 
-class FinetunePhase(Method):
-    """FedAvg rounds, then per-device SGD from w* on F_k(v) + ``penalty_grad`` (none: plain finetuning)."""
+def check_finetune(name: str, epochs: int, lam: float | None = None) -> None:
+    if epochs < 0:
+        raise ConfigError(f"{name} epochs must be >= 0, got {epochs}")
+    if lam is not None and lam < 0:
+        raise ConfigError(f"{name} lam must be >= 0, got {lam}")
 
-    name = "finetuning"
+
+@method("finetuning")
+class FinetunePhase(Method):
+    """Plain finetuning (Ditto Table 2): FedAvg rounds, then ``epochs`` epochs of per-device SGD from w* on
+    F_k(v) (subclasses add a penalty to ``personal_grad``)."""
+
     evaluates = "personal"
 
-    def __init__(self, epochs: int):
+    def __init__(self, *, epochs: int = DITTO_FINETUNE_EPOCHS):
+        check_finetune(self.name, epochs)
         self.finalize_epochs = epochs
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
@@ -61,6 +70,7 @@ class FinetunePhase(Method):
         return {**clients, "personal": personal, "finetuned": finetuned}
 
 
+@method("ditto_finetune")
 class DittoFinetune(FinetunePhase):
     """Ditto's finetuning solver (Ditto Section 3.2, Figure 6): w* by FedAvg, then every device minimises
     h_k(v; w*) = F_k(v) + (lam/2) ||v - w*||^2 from v = w* (gradient grad F_k(v) + lam (v - w*)).
@@ -70,12 +80,11 @@ class DittoFinetune(FinetunePhase):
     with the lowest loss on its own validation data (ties: fewer epochs; a device without validation data
     keeps the last epoch). Without it, every device runs exactly ``epochs`` epochs."""
 
-    name = "ditto_finetune"
-
-    def __init__(self, epochs: int, lam: float, select_epochs: bool):
-        super().__init__(epochs)
-        self.lam = lam
-        self.needs_val = select_epochs
+    def __init__(self, *, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS, select_epochs: bool = True):
+        check_finetune(self.name, epochs, lam)
+        super().__init__(epochs=epochs)
+        self.lam = float(lam)
+        self.needs_val = bool(select_epochs)
 
     def personal_grad(self, local, batch, ctx) -> torch.Tensor:
         return super().personal_grad(local, batch, ctx) + self.lam * (local["v"] - ctx.w_round)
@@ -113,17 +122,18 @@ def per_sample_grads(ctx: StepContext, params: torch.Tensor, batch: Batch) -> to
     return g.view(n, width, -1)
 
 
+@method("ewc")
 class EWC(FinetunePhase):
     """EWC finetuning (Kirkpatrick et al. 2017; Yu et al. 2020; Ditto Appendix C.2): every device minimises
     F_k(v) + (lam/2) sum_i F_ii (v[i] - w*[i])^2 from w*, F_ii the diagonal empirical Fisher at w*:
     the mean over the real samples of the device's first finetuning minibatch ("a data batch") of the
-    squared per-sample gradients. (The Ditto reference code squares minibatch gradients of 4 batches.)"""
+    squared per-sample gradients. (The Ditto reference code squares minibatch gradients of 4 batches.)
+    ``lam`` weighs the Fisher-diagonal penalty; ``epochs`` of SGD from w*."""
 
-    name = "ewc"
-
-    def __init__(self, epochs: int, lam: float):
-        super().__init__(epochs)
-        self.lam = lam
+    def __init__(self, *, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS):
+        check_finetune(self.name, epochs, lam)
+        super().__init__(epochs=epochs)
+        self.lam = float(lam)
 
     def prepare(self, local: dict, batch: Batch, ctx: StepContext) -> dict:
         if "fisher" in local:
@@ -143,18 +153,19 @@ def symmetric_kl(logits: torch.Tensor, ref_logits: torch.Tensor) -> torch.Tensor
     return ((log_p.exp() - log_ref.exp()) * (log_p - log_ref)).sum(-1)
 
 
+@method("skl")
 class SKL(FinetunePhase):
     """Symmetrised-KL finetuning (Jiang et al. 2020; Ditto Appendix C.2): every device minimises
     F_k(v) + (lam/2) (KL(f(v) || f(w*)) + KL(f(w*) || f(v))) from w*, f the softmax prediction, the KL
-    terms averaged over the minibatch's real samples. Classification models only."""
+    terms averaged over the minibatch's real samples. Classification models only. ``lam`` weighs the KL to
+    w*'s predictions; ``epochs`` of SGD from w*."""
 
     tasks = ("classification",)  # softmax predictions
 
-    name = "skl"
-
-    def __init__(self, epochs: int, lam: float):
-        super().__init__(epochs)
-        self.lam = lam
+    def __init__(self, *, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS):
+        check_finetune(self.name, epochs, lam)
+        super().__init__(epochs=epochs)
+        self.lam = float(lam)
 
     def personal_grad(self, local, batch, ctx) -> torch.Tensor:
         model = ctx.backend.model
@@ -171,38 +182,3 @@ class SKL(FinetunePhase):
         _, g = ctx.backend.grad_of(loss, local["v"], batch)
         return g
 
-
-def _check(name: str, epochs: int, lam: float | None = None) -> None:
-    if epochs < 0:
-        raise ConfigError(f"{name} epochs must be >= 0, got {epochs}")
-    if lam is not None and lam < 0:
-        raise ConfigError(f"{name} lam must be >= 0, got {lam}")
-
-
-@METHODS.register("finetuning")
-def finetuning(*, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
-    """Plain finetuning (Ditto Table 2): FedAvg, then ``epochs`` epochs of local SGD on F_k from w*."""
-    _check("finetuning", epochs)
-    return FinetunePhase(epochs)
-
-
-@METHODS.register("ditto_finetune")
-def ditto_finetune(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS, select_epochs: bool = True) -> Method:
-    """Ditto objective solved by finetuning: ``lam`` as Ditto's lambda, up to ``epochs`` of SGD on h_k from
-    w*; ``select_epochs``: each device picks its number of epochs on its validation data (Section 3.2)."""
-    _check("ditto_finetune", epochs, lam)
-    return DittoFinetune(epochs, float(lam), bool(select_epochs))
-
-
-@METHODS.register("ewc")
-def ewc(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
-    """EWC finetuning: ``lam`` weighs the Fisher-diagonal penalty; ``epochs`` of SGD from w*."""
-    _check("ewc", epochs, lam)
-    return EWC(epochs, float(lam))
-
-
-@METHODS.register("skl")
-def skl(*, lam: float = 1.0, epochs: int = DITTO_FINETUNE_EPOCHS) -> Method:
-    """Symmetrised-KL finetuning: ``lam`` weighs the KL to w*'s predictions; ``epochs`` of SGD from w*."""
-    _check("skl", epochs, lam)
-    return SKL(epochs, float(lam))

@@ -8,27 +8,30 @@ from __future__ import annotations
 
 import torch
 
-from fedarena.methods.base import METHODS, Aggregate, Method, ServerInfo, StepContext, scatter_rows, sgd
+from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
 from fedarena.methods.finetune import FinetunePhase
+from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
-from fedarena.simulation.data import Batch
 
 MAPPER_CANDIDATES = (0.25, 0.5, 0.75)  # mixing weights tried per device (Ditto reference, mapper.py)
 
 
+@method("l2sgd")
 class L2SGD(Method):
     """L2SGD's objective (Hanzely & Richtarik 2020) with Ditto's partial-participation solver (Appendix
     C.2): a selected device takes the round's SGD steps on F_k(v_k) + (lam/2) ||v_k - w_bar||^2, w_bar the
     current mean of all personal models, kept as the "global" model. The server moves w_bar by the
     aggregate of the personal models' changes times n/K, which keeps it the exact mean under the uniform
-    mean aggregator (a robust aggregator or a model attack acts on those changes)."""
+    mean aggregator (a robust aggregator or a model attack acts on those changes). ``lam`` >= 0: pull of
+    every personal model towards the mean of all personal models."""
 
-    name = "l2sgd"
     evaluates = "personal"
 
-    def __init__(self, lam: float):
-        self.lam = lam
+    def __init__(self, *, lam: float = 1.0):
+        if lam < 0:
+            raise ConfigError(f"l2sgd lam must be >= 0, got {lam}")
+        self.lam = float(lam)
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"personal": w.expand(num_clients, -1).clone()}
@@ -55,19 +58,22 @@ def mix(alpha: torch.Tensor, local: torch.Tensor, shared: torch.Tensor) -> torch
     return alpha[:, None] * local + (1 - alpha[:, None]) * shared
 
 
+@method("apfl")
 class APFL(Method):
     """APFL (Deng, Kamani, Mahdavi 2020), Algorithm 1: each selected device keeps a local model v_k and a
     mixing weight alpha_k; at every step, on one minibatch, the global copy w_k <- w_k - lr grad F_k(w_k)
     and v_k <- v_k - lr alpha_k grad F_k(vbar_k), vbar_k = alpha_k v_k + (1 - alpha_k) w_k (both at the
     step's start); with ``adaptive``, alpha_k <- clip(alpha_k - alpha_lr <v_k - w_k, grad F_k(vbar_k)>, 0, 1)
     (the Ditto reference uses a fixed alpha). The server aggregates w_k - w^t; device k is evaluated with
-    alpha_k v_k + (1 - alpha_k) w."""
+    alpha_k v_k + (1 - alpha_k) w. ``alpha`` in [0, 1]: initial mixing weight of the local model;
+    ``adaptive``: learn it with step ``alpha_lr``."""
 
-    name = "apfl"
     evaluates = "personal"
 
-    def __init__(self, alpha: float, adaptive: bool, alpha_lr: float):
-        self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
+    def __init__(self, *, alpha: float = 0.5, adaptive: bool = False, alpha_lr: float = 0.01):
+        if not 0 <= alpha <= 1 or alpha_lr < 0:
+            raise ConfigError(f"apfl needs alpha in [0, 1] and alpha_lr >= 0, got {alpha}, {alpha_lr}")
+        self.alpha, self.adaptive, self.alpha_lr = float(alpha), adaptive, float(alpha_lr)
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"local": w.expand(num_clients, -1).clone(),
@@ -95,6 +101,7 @@ class APFL(Method):
         return mix(clients["alpha"], clients["local"], w)
 
 
+@method("mapper")
 class Mapper(Method):
     """Model interpolation ("mapper", Mansour, Mohri, Ro, Suresh 2020) as in Ditto's reference code
     (trainers_MTL/mapper.py): device k keeps a local model u_k and a weight lam_k, and is evaluated with
@@ -102,13 +109,15 @@ class Mapper(Method):
     same minibatches, u and its global copy w_k jointly by SGD on F_k(lam u + (1 - lam) w_k) (gradients
     lam g and (1 - lam) g), and keeps the candidate with the lowest mean minibatch loss over the round
     (the reference picks by the training loss). The server aggregates w_k - w^t of the chosen candidate.
-    Devices start with lam_k = 0 (the global model). No final finetuning (the reference adds one)."""
+    Devices start with lam_k = 0 (the global model). No final finetuning (the reference adds one).
+    ``candidates``: the mixing weights in [0, 1] tried per device each time it is selected."""
 
-    name = "mapper"
     evaluates = "personal"
 
-    def __init__(self, candidates: tuple[float, ...]):
-        self.candidates = candidates
+    def __init__(self, *, candidates: tuple = MAPPER_CANDIDATES):
+        if not candidates or not all(0 <= c <= 1 for c in candidates):
+            raise ConfigError(f"mapper candidates must be a non-empty list of weights in [0, 1], got {candidates}")
+        self.candidates = tuple(float(c) for c in candidates)
 
     def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
         return {"local": w.expand(num_clients, -1).clone(),
@@ -139,19 +148,21 @@ class Mapper(Method):
         return mix(clients["mix"], clients["local"], w)
 
 
+@method("per_fedavg")
 class PerFedAvg(FinetunePhase):
     """Per-FedAvg with the Hessian-free update (Fallah, Mokhtari, Ozdaglar 2020, Per-FedAvg (HF)), as in
     Ditto's reference (trainers_MTL/meta.py): at each local step, with alpha = lr and outer step beta,
     g1 = grad F(w); g2 = grad F(w - alpha g1); the Hessian-vector product H g2 is approximated by
     (grad F(w + delta g2) - grad F(w - delta g2)) / (2 delta); w <- w - beta (g2 - alpha H g2). The three
     minibatches of the paper are the step's one minibatch here. Devices are evaluated after ``epochs``
-    epochs of local SGD from the final global model (the reference finetunes too; 0: the global model)."""
+    epochs of local SGD from the final global model (the reference finetunes too; 0: the global model).
+    ``beta`` > 0: outer (meta) step, the reference's 0.01; ``delta`` > 0: finite-difference radius."""
 
-    name = "per_fedavg"
-
-    def __init__(self, beta: float, delta: float, epochs: int):
-        super().__init__(epochs)
-        self.beta, self.delta = beta, delta
+    def __init__(self, *, beta: float = 0.01, delta: float = 0.001, epochs: int = 1):
+        if beta <= 0 or delta <= 0 or epochs < 0:
+            raise ConfigError(f"per_fedavg needs beta > 0, delta > 0, epochs >= 0; got {beta}, {delta}, {epochs}")
+        super().__init__(epochs=int(epochs))
+        self.beta, self.delta = float(beta), float(delta)
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
         w, backend = local["w"], ctx.backend
@@ -163,35 +174,3 @@ class PerFedAvg(FinetunePhase):
         hvp = (plus - minus) / (2 * self.delta)
         return {**local, "w": sgd(w, g2 - ctx.lr * hvp, self.beta, batch.active)}
 
-
-@METHODS.register("l2sgd")
-def l2sgd(*, lam: float = 1.0) -> Method:
-    """``lam`` >= 0: pull of every personal model towards the mean of all personal models."""
-    if lam < 0:
-        raise ConfigError(f"l2sgd lam must be >= 0, got {lam}")
-    return L2SGD(float(lam))
-
-
-@METHODS.register("apfl")
-def apfl(*, alpha: float = 0.5, adaptive: bool = False, alpha_lr: float = 0.01) -> Method:
-    """``alpha`` in [0, 1]: initial mixing weight of the local model; ``adaptive``: learn it (``alpha_lr``)."""
-    if not 0 <= alpha <= 1 or alpha_lr < 0:
-        raise ConfigError(f"apfl needs alpha in [0, 1] and alpha_lr >= 0, got {alpha}, {alpha_lr}")
-    return APFL(float(alpha), adaptive, float(alpha_lr))
-
-
-@METHODS.register("mapper")
-def mapper(*, candidates: tuple = MAPPER_CANDIDATES) -> Method:
-    """``candidates``: mixing weights in [0, 1] tried per device each time it is selected."""
-    if not candidates or not all(0 <= c <= 1 for c in candidates):
-        raise ConfigError(f"mapper candidates must be a non-empty list of weights in [0, 1], got {candidates}")
-    return Mapper(tuple(float(c) for c in candidates))
-
-
-@METHODS.register("per_fedavg")
-def per_fedavg(*, beta: float = 0.01, delta: float = 0.001, epochs: int = 1) -> Method:
-    """``beta`` > 0: outer (meta) step, the reference's 0.01; ``delta`` > 0: finite-difference radius;
-    ``epochs`` >= 0: local adaptation epochs from w before evaluation."""
-    if beta <= 0 or delta <= 0 or epochs < 0:
-        raise ConfigError(f"per_fedavg needs beta > 0, delta > 0, epochs >= 0; got {beta}, {delta}, {epochs}")
-    return PerFedAvg(float(beta), float(delta), int(epochs))

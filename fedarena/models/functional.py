@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedarena.models.zoo import MODELS, LinearSVM
-from fedarena.params import ConfigError, resolve
+from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
+from fedarena.params import ConfigError
 
 TASKS = ("classification", "binary_pm1", "regression")
 
@@ -105,7 +105,7 @@ def build_model(name: str, options: dict, input_shape: tuple[int, ...], num_clas
                 seed: int, device: torch.device) -> tuple[FlatModel, torch.Tensor]:
     """Build the architecture and its initial flat parameters (initialised from ``seed`` only)."""
     builder = MODELS.get(name)
-    kwargs = resolve("model", name, builder, options)
+    kwargs = {k: v for k, v in MODEL_SECTION.resolve({"name": name, **options}).items() if k != "name"}
     with torch.random.fork_rng(devices=[]):  # the init stream must not touch (or depend on) global RNG
         torch.manual_seed(seed)
         module = builder(tuple(input_shape), num_classes, **kwargs)

@@ -12,10 +12,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fedarena.params import ConfigError
+from fedarena.params import ConfigError, SectionKind
 from fedarena.registry import Registry
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+MODEL_SECTION = SectionKind("model", MODELS, signature=lambda build: build)
+AUTO = "auto"  # the model name that stands for the dataset's own model (the papers' pairing)
 
 
 def _flat_dim(input_shape: tuple[int, ...]) -> int:

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset
-
-TRAIN_STREAM = 11  # seed-sequence tag of the minibatch stream (see simulation/streams.py)
+from fedarena.models.batch import Batch
+from fedarena.simulation.streams import TRAIN, stream
 
 
 @dataclass(frozen=True)
@@ -60,15 +60,6 @@ class Pooled:
         return torch.as_tensor(idx, device=self.x.device), torch.as_tensor(real, device=self.x.device)
 
 
-@dataclass(frozen=True)
-class Batch:
-    x: torch.Tensor  # [n, B, ...]
-    y: torch.Tensor  # [n, B]
-    mask: torch.Tensor  # [n, B] 1 for real samples
-    active: torch.Tensor  # [n] 1 if this step trains the client (epoch mode pads short clients)
-    index: torch.Tensor  # [n, B] pooled sample ids (for per-round data attacks)
-
-
 def client_batches(size: int, steps: int, epochs: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Minibatch positions (into the client's own split) for one round.
 
@@ -91,7 +82,7 @@ def round_plan(
     """Pooled indices [S, n, B], sample mask [S, n, B] and step activity [S, n] for clients ``ids``."""
     plans = [
         client_batches(int(pooled.sizes[k]), steps, epochs, batch_size,
-                       np.random.default_rng([seed, TRAIN_STREAM, round_idx, int(k)]))
+                       stream(seed, TRAIN, round_idx, int(k)))
         for k in ids
     ]
     num_steps = max(len(p) for p in plans)

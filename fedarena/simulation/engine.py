@@ -17,7 +17,8 @@ from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
-from fedarena.simulation.setup import CORRUPT, SAMPLING, TAMPER, Trial, stream, torch_stream
+from fedarena.simulation.setup import Trial
+from fedarena.simulation.streams import CORRUPT, SAMPLING, TAMPER, stream, torch_stream
 
 
 @dataclass

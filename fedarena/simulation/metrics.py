@@ -1,29 +1,19 @@
 """Metrics from per-client, per-class counts (definitions: reference/semantics.md).
 
-Every metric is registered with its direction, so leaderboards never guess whether higher is better.
+Every metric is registered (``@metric``) with its function and its direction, so leaderboards never guess
+whether higher is better.
 Robustness and fairness are measured on benign clients only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-# name -> True if higher is better
-METRIC_DIRECTIONS: dict[str, bool] = {
-    "acc_pooled": True,  # sum correct / sum test samples over benign clients (Ditto's "test accuracy")
-    "acc_mean": True,  # unweighted mean of benign clients' accuracies
-    "acc_std": False,  # population std (ddof 0) of benign clients' accuracies (Ditto's fairness)
-    "acc_worst10": True,  # mean accuracy of the worst 10% of benign clients (at least one client)
-    "class_std_mean": False,  # FedTilt mu_sigma: mean over benign clients of the std of per-class accuracy
-    "class_std_std": False,  # FedTilt sigma_sigma: std of those per-client stds
-    "acc_malicious": True,  # pooled accuracy of the malicious clients (NaN when there are none)
-    "loss_mean": False,  # mean over benign clients of the mean test loss
-    "diverged": False,  # 1 if a non-finite model appeared during training
-    "val_acc_pooled": True,  # acc_pooled on the benign clients' validation data (hyperparameter selection)
-}
+from fedarena.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -60,27 +50,111 @@ def pooled_accuracy(counts: Counts, clients: np.ndarray) -> float:
     return float(counts.correct[clients].sum() / max(counts.total[clients].sum(), 1))
 
 
+@dataclass(frozen=True)
+class Evaluated:
+    """What every metric is computed from: test counts of every client, the malicious mask, the divergence
+    flag and the validation counts (None where validation was not evaluated)."""
+
+    counts: Counts
+    malicious: np.ndarray
+    diverged: bool
+    val: Counts | None
+
+    @property
+    def benign(self) -> np.ndarray:
+        return ~self.malicious
+
+
+@dataclass(frozen=True)
+class Metric:
+    higher_is_better: bool
+    compute: Callable[[Evaluated], float]
+
+
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def metric(name: str, higher_is_better: bool):
+    """Register ``fn(evaluated) -> float`` as metric ``name`` with its direction."""
+
+    def decorator(fn: Callable[[Evaluated], float]) -> Callable[[Evaluated], float]:
+        METRICS.add(name, Metric(higher_is_better, fn))
+        return fn
+
+    return decorator
+
+
+@metric("acc_pooled", higher_is_better=True)
+def acc_pooled(e: Evaluated) -> float:
+    """Sum correct / sum test samples over benign clients (Ditto's "test accuracy")."""
+    return pooled_accuracy(e.counts, e.benign)
+
+
+@metric("acc_mean", higher_is_better=True)
+def acc_mean(e: Evaluated) -> float:
+    """Unweighted mean of benign clients' accuracies."""
+    return float(e.counts.client_accuracy()[e.benign].mean())
+
+
+@metric("acc_std", higher_is_better=False)
+def acc_std(e: Evaluated) -> float:
+    """Population std (ddof 0) of benign clients' accuracies (Ditto's fairness)."""
+    return float(e.counts.client_accuracy()[e.benign].std())
+
+
+@metric("acc_worst10", higher_is_better=True)
+def acc_worst10(e: Evaluated) -> float:
+    """Mean accuracy of the worst 10% of benign clients (at least one client)."""
+    return worst_fraction_mean(e.counts.client_accuracy()[e.benign])
+
+
+@metric("class_std_mean", higher_is_better=False)
+def class_std_mean(e: Evaluated) -> float:
+    """FedTilt mu_sigma: mean over benign clients of the std of their per-class accuracies."""
+    return float(e.counts.class_std()[e.benign].mean())
+
+
+@metric("class_std_std", higher_is_better=False)
+def class_std_std(e: Evaluated) -> float:
+    """FedTilt sigma_sigma: std of those per-client stds."""
+    return float(e.counts.class_std()[e.benign].std())
+
+
+@metric("acc_malicious", higher_is_better=True)
+def acc_malicious(e: Evaluated) -> float:
+    """Pooled accuracy of the malicious clients (NaN when there are none)."""
+    return pooled_accuracy(e.counts, e.malicious) if e.counts.total[e.malicious].sum() else float("nan")
+
+
+@metric("loss_mean", higher_is_better=False)
+def loss_mean(e: Evaluated) -> float:
+    """Mean over benign clients of the mean test loss."""
+    return float(e.counts.client_loss()[e.benign].mean())
+
+
+@metric("diverged", higher_is_better=False)
+def diverged(e: Evaluated) -> float:
+    """1 if a non-finite model appeared during training."""
+    return float(e.diverged)
+
+
+@metric("val_acc_pooled", higher_is_better=True)
+def val_acc_pooled(e: Evaluated) -> float:
+    """acc_pooled on the benign clients' validation data (hyperparameter selection); NaN without it."""
+    return pooled_accuracy(e.val, e.benign) if e.val is not None else float("nan")
+
+
+# name -> True if higher is better, for readers of the registry (the leaderboards)
+METRIC_DIRECTIONS: dict[str, bool] = {name: METRICS.get(name).higher_is_better for name in METRICS.registered()}
+
+
 def compute_metrics(counts: Counts, malicious: np.ndarray, diverged: bool,
                     val: Counts | None = None) -> dict[str, float]:
-    """The registered metrics from the test counts (and ``val``, the validation counts; NaN without)."""
-    benign = ~malicious
-    if not benign.any():
+    """Every registered metric from the test counts (and ``val``, the validation counts)."""
+    if not (~malicious).any():
         raise ValueError("metrics need at least one benign client")
-    acc = counts.client_accuracy()[benign]
-    class_std = counts.class_std()[benign]
-    mal_total = counts.total[malicious].sum()
-    return {
-        "acc_pooled": pooled_accuracy(counts, benign),
-        "acc_mean": float(acc.mean()),
-        "acc_std": float(acc.std()),
-        "acc_worst10": worst_fraction_mean(acc),
-        "class_std_mean": float(class_std.mean()),
-        "class_std_std": float(class_std.std()),
-        "acc_malicious": float(counts.correct[malicious].sum() / mal_total) if mal_total else float("nan"),
-        "loss_mean": float(counts.client_loss()[benign].mean()),
-        "diverged": float(diverged),
-        "val_acc_pooled": pooled_accuracy(val, benign) if val is not None else float("nan"),
-    }
+    evaluated = Evaluated(counts, malicious, diverged, val)
+    return {name: METRICS.get(name).compute(evaluated) for name in METRICS.registered()}
 
 
 def client_table(counts: Counts, malicious: np.ndarray) -> list[dict]:

@@ -1,6 +1,7 @@
-"""Build a trial from a config: resolve every component, check every setting, before training starts.
+"""Build a trial from a config: resolve every component (``fedarena.sections``), check every setting,
+before training starts.
 
-Seeds are separate streams (``streams``) derived from the config's seed, so that adding an attack does
+Seeds are separate streams (``simulation/streams.py``) derived from the config's seed, so that adding an attack does
 not change the partition, and a resumed run draws the same clients and minibatches.
 """
 
@@ -8,34 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from fedarena import methods as _methods  # noqa: F401  (registers methods and aggregators)
 from fedarena.attacks import ThreatModel, build_threat
-from fedarena.attacks.base import ATTACKS, STRUCTURAL_KEYS, attack_params, level_value
 from fedarena.config import ExperimentConfig
-from fedarena.datasets import DATASETS, FederatedDataset, build_dataset, dataset_options
-from fedarena.methods.aggregators import AGGREGATORS, check_aggregator, expected_malicious, make_aggregator
-from fedarena.methods.aggregators.builder import RULE_ARGUMENTS, pre_names
-from fedarena.methods.aggregators.builder import STRUCTURAL_KEYS as STRUCTURAL_AGGREGATOR_KEYS
-from fedarena.methods.base import METHODS, Aggregate, Method, build_method
-from fedarena.models import MODELS, FlatModel, build_model
-from fedarena.params import ConfigError, hyperparameters, resolve
-from fedarena.simulation.backends import Backend
+from fedarena.datasets import FederatedDataset, build_dataset
+from fedarena.methods.aggregators import make_aggregator
+from fedarena.methods.base import Aggregate, Method, build_method
+from fedarena.models import FlatModel, build_model
+from fedarena.models.backends import Backend
+from fedarena.params import ConfigError
+from fedarena.sections import check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled
-
-PARTITION, INIT, SAMPLING, ATTACK, TAMPER, CORRUPT = 1, 2, 3, 4, 5, 6  # stream tags
-
-
-def stream(seed: int, tag: int, *more: int) -> np.random.Generator:
-    return np.random.default_rng([seed, tag, *more])
-
-
-def torch_stream(seed: int, tag: int, *more: int, device: torch.device | str = "cpu") -> torch.Generator:
-    gen = torch.Generator(device=device)
-    gen.manual_seed(int(stream(seed, tag, *more).integers(2**62)))
-    return gen
+from fedarena.simulation.streams import ATTACK, INIT, PARTITION, stream
 
 
 @dataclass(frozen=True)
@@ -67,49 +53,6 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(name)
     except RuntimeError as err:
         raise ConfigError(f"invalid device {name!r}: {err}") from None
-
-
-def model_name(cfg: ExperimentConfig) -> str:
-    """The configured model, or the dataset's own (the papers' pairing) for ``auto``."""
-    name = cfg.model["name"]
-    return DATASETS.get(cfg.dataset["name"]).model if name == "auto" else name
-
-
-def section_hyperparameters(cfg: ExperimentConfig) -> dict[str, set[str]]:
-    """Allowed hyperparameter keys of each chosen component (for bare ``--set key=value``)."""
-    out = {}
-    for section, registry, fn_of in (("dataset", DATASETS, lambda e: e.build), ("model", MODELS, None),
-                                     ("method", METHODS, None), ("attack", ATTACKS, None)):
-        name = model_name(cfg) if section == "model" else getattr(cfg, section)["name"]
-        entry = registry.get(name)
-        out[section] = set(hyperparameters(fn_of(entry) if fn_of else entry))
-    out["attack"] |= set(STRUCTURAL_KEYS) - {"name"}
-    rule = AGGREGATORS.get(cfg.aggregator["name"])
-    out["aggregator"] = set(hyperparameters(rule, exclude=RULE_ARGUMENTS)) | {"pre", "f"}
-    return out
-
-
-def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
-    """The config with every component's defaults filled in (what gets logged and hashed)."""
-    data = cfg.to_dict()
-    data["dataset"] = {"name": cfg.dataset["name"],
-                       **dataset_options(cfg.dataset["name"], _without_name(cfg.dataset))}
-    model = model_name(cfg)
-    data["model"] = {"name": model, **resolve("model", model, MODELS.get(model), _without_name(cfg.model))}
-    method_fn = METHODS.get(cfg.method["name"])
-    data["method"] = {"name": cfg.method["name"], **resolve("method", cfg.method["name"], method_fn, _without_name(cfg.method))}
-    data["attack"] = {"name": cfg.attack["name"], "level": level_value(cfg.attack),
-                      **attack_params(cfg.attack)}
-    data["aggregator"] = _resolved_aggregator(cfg.aggregator)
-    return ExperimentConfig.from_dict(data)
-
-
-def _resolved_aggregator(section: dict) -> dict:
-    """name, pre-aggregators, f (None: computed from the attack level) and the rule's hyperparameters."""
-    name = section["name"]
-    given = {k: v for k, v in section.items() if k not in STRUCTURAL_AGGREGATOR_KEYS}
-    params = resolve("aggregator", name, AGGREGATORS.get(name), given, exclude=RULE_ARGUMENTS)
-    return {"name": name, "pre": list(pre_names(section)), "f": section.get("f"), **params}
 
 
 def _without_name(section: dict) -> dict:
@@ -149,22 +92,6 @@ def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:
     drew clients in proportion to their sizes (Ditto Algorithm 2, whose mean is therefore uniform)."""
     sizes = torch.as_tensor(train_sizes, dtype=torch.float64)
     return torch.ones_like(sizes) if sampling == "proportional" else sizes
-
-
-def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:
-    """The method and the aggregator fit together and the rule is defined for this corruption; returns f.
-
-    A method without global aggregation takes only the plain mean. f = int(clients_per_round * malicious /
-    clients) (semantics.md), unless the aggregator section overrides it.
-    """
-    if not method.uses_aggregator:
-        if cfg.aggregator["name"] != "mean" or cfg.aggregator.get("pre"):
-            raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
-                              f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
-        return 0
-    f = expected_malicious(cfg.clients_per_round, num_malicious, num_clients)
-    check_aggregator(cfg.aggregator, n=cfg.clients_per_round, f=f)
-    return f
 
 
 def _server_rule(cfg: ExperimentConfig, method: Method, threat: ThreatModel, num_clients: int):

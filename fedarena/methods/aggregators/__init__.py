@@ -3,12 +3,12 @@
 Importing this package registers every rule in ``AGGREGATORS``:
 mean, weighted_mean, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
 krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, centered_clipping
-(``iterative``). Rules that read the clients' losses at the global model are listed in ``NEEDS_LOSSES``.
+(``iterative``). Each entry (``AggregatorEntry``) carries the rule, its check and the inputs it reads.
 """
 
 # Importing the rule modules registers them.
 from fedarena.methods.aggregators import coordinatewise, iterative, krum, mgda, simple  # noqa: F401
-from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS, NEEDS_LOSSES, PRE_AGGREGATORS
+from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry
 from fedarena.methods.aggregators.builder import (
     Aggregator,
     check_aggregator,
@@ -19,8 +19,7 @@ from fedarena.methods.aggregators.simple import clip_to_median_norm
 
 __all__ = [
     "AGGREGATORS",
-    "CHECKS",
-    "NEEDS_LOSSES",
+    "AggregatorEntry",
     "PRE_AGGREGATORS",
     "Aggregator",
     "check_aggregator",

@@ -6,16 +6,17 @@ An aggregator is a pure function over the stacked flat client updates of one rou
 
 ``weights`` are the clients' aggregation weights, chosen by the engine so that a client's sample count
 counts exactly once: all ones under size-proportional sampling (the sampling already counted the sizes), the
-sample counts under uniform sampling. Only rules in ``USES_WEIGHTS`` read them. ``losses`` are each client's
-training loss at the current global model (only rules in ``NEEDS_LOSSES`` read them), ``f`` the number of
-malicious clients assumed among the n.
-Each rule also has a feasibility check ``check(n, f, **hyperparameters)`` that raises ``ConfigError`` where
-the rule is undefined; the rule runs it itself, and ``check_aggregator`` runs it before training.
+sample counts under uniform sampling. ``losses`` are each client's training loss at the current global
+model, ``f`` the number of malicious clients assumed among the n. A rule's registry entry
+(``AggregatorEntry``) carries its facts: the rule, its feasibility check ``check(n, f, **hyperparameters)``
+that raises ``ConfigError`` where the rule is undefined (the rule runs it itself, and ``check_aggregator``
+runs it before training), and whether it reads the losses or the weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -25,11 +26,20 @@ from fedarena.registry import Registry
 Aggregate = Callable[..., torch.Tensor]
 Check = Callable[..., None]
 
-AGGREGATORS: Registry[Aggregate] = Registry("aggregator")
+
+
+@dataclass(frozen=True)
+class AggregatorEntry:
+    """A registered rule and its facts."""
+
+    rule: Aggregate
+    check: Check
+    needs_losses: bool = False  # reads each client's training loss at the global model
+    uses_weights: bool = False  # reads the aggregation weights (the others are uniform by definition)
+
+
+AGGREGATORS: Registry[AggregatorEntry] = Registry("aggregator")
 PRE_AGGREGATORS: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("pre-aggregator")
-CHECKS: dict[str, Check] = {}
-NEEDS_LOSSES: set[str] = set()
-USES_WEIGHTS: set[str] = set()
 
 # Coordinate-wise rules process at most this many elements at once (bounds sort/topk memory at d ~ 1e6+).
 CHUNK_ELEMENTS = 1 << 22
@@ -47,12 +57,8 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
     """Register ``fn`` as aggregator ``name`` with its feasibility check and the inputs it reads."""
 
     def decorator(fn: Aggregate) -> Aggregate:
-        AGGREGATORS.add(name, fn)
-        CHECKS[name] = check_common if check is None else check
-        if needs_losses:
-            NEEDS_LOSSES.add(name)
-        if uses_weights:
-            USES_WEIGHTS.add(name)
+        AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
+                                              uses_weights))
         return fn
 
     return decorator

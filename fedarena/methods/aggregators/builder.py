@@ -14,15 +14,8 @@ from typing import Any
 
 import torch
 
-from fedarena.methods.aggregators.base import (
-    AGGREGATORS,
-    CHECKS,
-    NEEDS_LOSSES,
-    PRE_AGGREGATORS,
-    USES_WEIGHTS,
-    Aggregate,
-)
-from fedarena.params import ConfigError, resolve
+from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry
+from fedarena.params import ConfigError, SectionKind
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
 RULE_ARGUMENTS = ("weights", "losses", "f")
@@ -33,7 +26,7 @@ class Aggregator:
     """A resolved aggregator: ``agg(updates[n, d], weights[n], losses[n] | None) -> [d]``."""
 
     name: str
-    rule: Aggregate
+    entry: AggregatorEntry
     f: int
     params: dict[str, Any] = field(default_factory=dict)
     pre: tuple[str, ...] = ()
@@ -41,11 +34,11 @@ class Aggregator:
 
     @property
     def needs_losses(self) -> bool:
-        return self.name in NEEDS_LOSSES
+        return self.entry.needs_losses
 
     @property
     def uses_weights(self) -> bool:
-        return self.name in USES_WEIGHTS
+        return self.entry.uses_weights
 
     def __call__(
         self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None,
@@ -57,7 +50,7 @@ class Aggregator:
             updates, weights = self.with_client_weights(updates, weights, client_weights)
         for pre_aggregate in self.pre_fns:
             updates = pre_aggregate(updates)
-        return self.rule(updates, weights=weights, losses=losses, f=self.f, **self.params)
+        return self.entry.rule(updates, weights=weights, losses=losses, f=self.f, **self.params)
 
     def with_client_weights(self, updates: torch.Tensor, weights: torch.Tensor,
                             p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,27 +84,28 @@ def resolve_f(section: Mapping[str, Any], f: int) -> int:
     return chosen
 
 
+AGGREGATOR_SECTION = SectionKind(
+    "aggregator", AGGREGATORS, signature=lambda entry: entry.rule, structural_keys=("pre", "f"),
+    structure=lambda section: {"pre": list(pre_names(section)), "f": section.get("f")}, exclude=RULE_ARGUMENTS,
+)
+
+
 def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
     """Resolve ``section`` into a callable ``Aggregator``; unknown names or hyperparameters raise errors
     that list the allowed ones."""
-    if "name" not in section:
-        raise ConfigError(
-            f"an aggregator section needs a 'name'; available: {', '.join(AGGREGATORS.names())}"
-        )
-    name = section["name"]
-    rule = AGGREGATORS.get(name)
-    pre = pre_names(section)
+    resolved = AGGREGATOR_SECTION.resolve(section)
+    params = {k: v for k, v in resolved.items() if k not in STRUCTURAL_KEYS}
+    pre = tuple(resolved["pre"])
     pre_fns = tuple(PRE_AGGREGATORS.get(p) for p in pre)
-    given = {k: v for k, v in section.items() if k not in STRUCTURAL_KEYS}
-    params = resolve("aggregator", name, rule, given, exclude=RULE_ARGUMENTS)
-    return Aggregator(name, rule, resolve_f(section, f), params, pre, pre_fns)
+    return Aggregator(resolved["name"], AGGREGATORS.get(resolved["name"]), resolve_f(section, f), params, pre,
+                      pre_fns)
 
 
 def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
     """Raise ConfigError if the rule cannot run on n sampled clients with f assumed malicious
     (e.g. krum and multi_krum with n - f - 2 < 1, bulyan with n < 4f + 3, trimmed_mean with 2f >= n)."""
     agg = make_aggregator(section, f=f)
-    CHECKS[agg.name](n, agg.f, **agg.params)
+    agg.entry.check(n, agg.f, **agg.params)
 
 
 def expected_malicious(clients_per_round: int, num_corrupted: int, num_clients: int) -> int:

@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from fedarena.methods.aggregators.base import AGGREGATORS, CHECKS
-from fedarena.methods.aggregators.builder import make_aggregator
+from fedarena.methods.aggregators.base import AGGREGATORS
+from fedarena.methods.aggregators.builder import check_aggregator, make_aggregator
 from fedarena.params import ConfigError
 
 
@@ -22,7 +22,7 @@ def usable_f(name: str, n: int) -> int | None:
     """n // 10 if the rule accepts it, else 0 if it accepts that, else None."""
     for f in (n // 10, 0):
         try:
-            CHECKS[name](n, f, **make_aggregator({"name": name}, f=f).params)
+            check_aggregator({"name": name}, n=n, f=f)
         except ConfigError:
             continue
         return f

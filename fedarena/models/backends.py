@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch.func import grad_and_value, vmap
 
+from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
-from fedarena.simulation.data import Batch
 
 
 @dataclass(frozen=True)

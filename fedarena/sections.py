@@ -1,0 +1,97 @@
+"""The config's component sections, each resolved by its kind's home, and the rules between sections.
+
+Each component package declares how a section of its kind is resolved (``SectionKind``, next to its
+registry): ``datasets.registry``, ``models.zoo``, ``methods.base``, ``attacks.base`` and
+``methods.aggregators.builder``. This module is the table of them. Trial set-up, suite validation and
+``--set`` all go through it; no other module knows a section's keys. Rules that tie sections together live
+here too: ``model: auto`` takes the dataset's model, and the server rule must fit the method and be defined
+for the attack's corruption level.
+"""
+
+from __future__ import annotations
+
+from fedarena.attacks.base import ATTACK_SECTION, malicious_count
+from fedarena.config import ExperimentConfig
+from fedarena.datasets.registry import DATASET_SECTION, DATASETS
+from fedarena.methods.aggregators.builder import AGGREGATOR_SECTION, check_aggregator, expected_malicious
+from fedarena.methods.base import METHOD_SECTION, Method, build_method
+from fedarena.models.zoo import AUTO, MODEL_SECTION
+from fedarena.params import ConfigError, SectionKind
+
+KINDS: dict[str, SectionKind] = {
+    "dataset": DATASET_SECTION,
+    "model": MODEL_SECTION,
+    "method": METHOD_SECTION,
+    "attack": ATTACK_SECTION,
+    "aggregator": AGGREGATOR_SECTION,
+}
+
+
+def model_name(cfg: ExperimentConfig) -> str:
+    """The configured model, or the dataset's own (the papers' pairing) for ``auto``."""
+    name = cfg.model["name"]
+    return DATASETS.get(cfg.dataset["name"]).model if name == AUTO else name
+
+
+def check_section(section: str, data: dict) -> None:
+    """One named section on its own (suite validation): its name is registered and its keys allowed.
+    ``model: auto`` is checked once the dataset is known, and takes no options."""
+    if section == "model" and data.get("name") == AUTO:
+        options = sorted(k for k in data if k != "name")
+        if options:
+            raise ConfigError(f"model 'auto' takes no options; name the model to set {options}")
+        return
+    KINDS[section].resolve(data)
+
+
+def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config with every component's defaults filled in (what gets logged and hashed)."""
+    data = cfg.to_dict()
+    for section, kind in KINDS.items():
+        data[section] = kind.resolve(_named(cfg, section))
+    return ExperimentConfig.from_dict(data)
+
+
+def section_keys(cfg: ExperimentConfig) -> dict[str, set[str]]:
+    """Allowed keys of each chosen component besides its name (for bare ``--set key=value``)."""
+    return {section: kind.keys(_named(cfg, section)["name"]) for section, kind in KINDS.items()}
+
+
+def _named(cfg: ExperimentConfig, section: str) -> dict:
+    """The section of ``cfg``, with ``model: auto`` replaced by the dataset's model."""
+    data = dict(getattr(cfg, section))
+    if section == "model":
+        data["name"] = model_name(cfg)
+    return data
+
+
+def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:
+    """The method and the aggregator fit together and the rule is defined for this corruption; returns f.
+
+    A method without global aggregation takes only the plain mean. f = int(clients_per_round * malicious /
+    clients) (semantics.md), unless the aggregator section overrides it.
+    """
+    if not method.uses_aggregator:
+        if cfg.aggregator["name"] != "mean" or cfg.aggregator.get("pre"):
+            raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
+                              f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
+        return 0
+    f = expected_malicious(cfg.clients_per_round, num_malicious, num_clients)
+    check_aggregator(cfg.aggregator, n=cfg.clients_per_round, f=f)
+    return f
+
+
+def check_planned_server_rule(cfg: ExperimentConfig) -> None:
+    """``check_server_rule`` before any data is loaded (suite validation), where the number of clients is
+    known from the dataset options; datasets whose number of clients is only known from the data (natural
+    partitions) get their aggregator checked when the trial is built."""
+    method = build_method(cfg.method)
+    num_clients = cfg.dataset.get("num_clients")
+    if not isinstance(num_clients, int) or isinstance(num_clients, bool):
+        if not method.uses_aggregator:
+            check_server_rule(cfg, method, 0, cfg.clients_per_round)
+        return
+    if cfg.clients_per_round > num_clients:
+        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
+    malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
+    check_server_rule(cfg, method, malicious, num_clients)
