@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 import yaml
+from tqdm import tqdm
 
+from fedarena import commands
 from fedarena.config import ExperimentConfig, apply_override, parse_value
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import section_keys
+from fedarena.simulation.runner import run_experiment, write_result
 
 # flag -> config key (top level or "section.key")
 RUN_FLAGS = {
@@ -59,25 +62,19 @@ def config_from_args(args) -> ExperimentConfig:
 
 
 def cmd_run(args) -> int:
-    from tqdm import tqdm
+    bars = []
 
-    from fedarena.simulation.engine import simulate
-    from fedarena.simulation.runner import result_record, write_result
-    from fedarena.simulation.setup import build_trial
-
-    cfg = config_from_args(args)
-    trial = build_trial(cfg)  # every check happens here, before training
-    bar = tqdm(total=trial.cfg.rounds, disable=args.no_progress, desc=f"{trial.cfg.method['name']} on "
-               f"{trial.dataset.name}", unit="round")
+    def start(trial):
+        bars.append(tqdm(total=trial.cfg.rounds, disable=args.no_progress, unit="round",
+                         desc=f"{trial.cfg.method['name']} on {trial.dataset.name}"))
 
     def on_round(state, metrics):
-        bar.update(1)
+        bars[0].update(1)
         if metrics:
-            bar.set_postfix(acc=f"{metrics['acc_pooled']:.3f}", std=f"{metrics['acc_std']:.3f}")
+            bars[0].set_postfix(acc=f"{metrics['acc_pooled']:.3f}", std=f"{metrics['acc_std']:.3f}")
 
-    state, counts = simulate(trial, on_round=on_round)
-    bar.close()
-    result = result_record(trial, state, counts)
+    result = run_experiment(config_from_args(args), on_round=on_round, start=start)
+    bars[0].close()
     write_result(result, args.out)
     final = result["final"]
     print(f"round {final['round']}: acc_pooled={final['acc_pooled']:.4f} acc_std={final['acc_std']:.4f} "
@@ -89,16 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedarena", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
-    for module in _optional_command_modules():
+    for module in commands.MODULES:  # subcommands defined next to the parts they drive (data, bench, ...)
         module.add_parser(sub)
     return parser
-
-
-def _optional_command_modules() -> list:
-    """Subcommands defined next to the parts they drive (data, bench, leaderboard, ui)."""
-    from fedarena import commands
-
-    return commands.MODULES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,9 @@ Register with a decorator, get an error on duplicates, and a lookup error that l
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -56,6 +58,12 @@ class Registry(Generic[T]):
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown {self.kind} {name!r}{hint}; available: {', '.join(self.names())}"
 
+    def remove(self, name: str) -> T:
+        """Unregister ``name`` (plugins and tests that register a component for a while)."""
+        if name not in self._entries:
+            raise UnknownNameError(self.unknown_message(name))
+        return self._entries.pop(name)
+
     def names(self) -> list[str]:
         return sorted(self._entries)
 
@@ -71,3 +79,10 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def import_submodules(package: str, path: Iterable[str]) -> None:
+    """Import every module of a package: a component registers itself by being a file in its package, so
+    adding one touches that file alone (and its test)."""
+    for module in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{module.name}")

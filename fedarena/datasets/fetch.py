@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.error import URLError
 
-import fedarena.datasets.real  # noqa: F401  (registers the sources)
+import fedarena.datasets  # noqa: F401  (importing the package registers every source)
 from fedarena.datasets.registry import DATASETS
 from fedarena.datasets.sources import MISMATCH, MISSING, SOURCES, Source
 from fedarena.datasets.storage import DataCorruptError, DataFetchError, data_root, missing_error

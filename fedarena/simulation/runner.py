@@ -49,9 +49,15 @@ def result_record(trial: Trial, state: SimState, counts) -> dict:
     }
 
 
-def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None) -> dict:
+def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
+                   start: Callable[[Trial], SimState | None] | None = None) -> dict:
+    """One experiment, as ``fedarena run`` and every benchmark trial run it: build the trial (every check
+    before training), ``start(trial)`` (returns a state to resume from, or None for a fresh start; a
+    caller's set-up, e.g. a progress bar), run the remaining rounds (``on_round`` after each) and package
+    the result record."""
     trial = build_trial(cfg)
-    state, counts = simulate(trial, on_round=on_round)
+    state = start(trial) if start is not None else None
+    state, counts = simulate(trial, state, on_round=on_round)
     return result_record(trial, state, counts)
 
 

@@ -1,13 +1,11 @@
 """Server-side aggregation rules (defenses), pre-aggregators and the builder the engine calls.
 
-Importing this package registers every rule in ``AGGREGATORS``:
+Importing this package imports every module in it, which registers every rule in ``AGGREGATORS``:
 mean, weighted_mean, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
 krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, centered_clipping
 (``iterative``). Each entry (``AggregatorEntry``) carries the rule, its check and the inputs it reads.
 """
 
-# Importing the rule modules registers them.
-from fedarena.methods.aggregators import coordinatewise, iterative, krum, mgda, simple  # noqa: F401
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry
 from fedarena.methods.aggregators.builder import (
     Aggregator,
@@ -16,6 +14,9 @@ from fedarena.methods.aggregators.builder import (
     make_aggregator,
 )
 from fedarena.methods.aggregators.simple import clip_to_median_norm
+from fedarena.registry import import_submodules
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "AGGREGATORS",

@@ -1,0 +1,105 @@
+"""CONTRIBUTING.md's three recipes, followed once each: a component defined as the recipe says is usable
+everywhere (CLI, --set, errors before training) with no edit anywhere else."""
+
+import json
+import pkgutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import fedarena.datasets
+import fedarena.methods
+import fedarena.methods.aggregators
+from fedarena.cli import main
+from fedarena.datasets import DATASETS
+from fedarena.datasets.base import FederatedDataset, from_partition
+from fedarena.datasets.registry import register_dataset
+from fedarena.methods.aggregators import AGGREGATORS
+from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
+from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
+from fedarena.params import ConfigError
+
+
+@pytest.fixture
+def unregister():
+    """Registers made by a test are removed afterwards, so the registries stay as the package defines them."""
+    made = []
+    yield lambda registry, name: made.append((registry, name))
+    for registry, name in made:
+        registry.remove(name)
+
+
+@pytest.mark.parametrize("package", [fedarena.methods, fedarena.methods.aggregators, fedarena.datasets])
+def test_every_module_of_a_component_package_is_imported_with_it(package):
+    modules = {f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)}
+    assert modules and modules <= set(sys.modules)
+
+
+def run_cli(tmp_path, *argv):
+    out = tmp_path / "result.json"
+    code = main(["run", "--dataset", "digits", "--rounds", "2", "--clients-per-round", "3", "--no-progress",
+                 "--set", "dataset.num_clients=6", "--set", "model.hidden=[8]", *argv, "--out", str(out)])
+    return code, (json.loads(out.read_text()) if code == 0 else None)
+
+
+def test_aggregator_recipe(tmp_path, unregister, capsys):
+    def check_shrunk_mean(n: int, f: int, *, shrink: float = 0.5) -> None:
+        check_common(n, f)
+        if not 0 < shrink <= 1:
+            raise ConfigError(f"shrunk_mean: shrink must be in (0, 1], got {shrink}")
+
+    @aggregator("shrunk_mean", check=check_shrunk_mean)
+    def shrunk_mean(updates, *, weights, losses, f, shrink: float = 0.5):
+        """The uniform mean times a factor in (0, 1] (an example, as in CONTRIBUTING.md)."""
+        n = check_updates(updates, f)
+        check_shrunk_mean(n, f, shrink=shrink)
+        return shrink * updates.mean(0)
+
+    unregister(AGGREGATORS, "shrunk_mean")
+    code, result = run_cli(tmp_path, "--aggregator", "shrunk_mean", "--set", "shrink=0.25")
+    assert code == 0 and result["config"]["aggregator"] == {"name": "shrunk_mean", "pre": [], "f": None,
+                                                             "shrink": 0.25}
+    assert run_cli(tmp_path, "--aggregator", "shrunk_mean", "--set", "shrink=2.0")[0] == 2
+    assert "shrink must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_method_recipe(tmp_path, unregister, capsys):
+    @method("damped_fedavg")
+    class DampedFedAvg(Method):
+        """FedAvg whose local steps are scaled by ``damping`` (an example, as in CONTRIBUTING.md)."""
+
+        def __init__(self, *, damping: float = 0.5):
+            if damping <= 0:
+                raise ConfigError(f"damped_fedavg damping must be > 0, got {damping}")
+            self.damping = damping
+
+        def local_step(self, local, batch, ctx: StepContext):
+            _, g = ctx.backend.grad(local["w"], batch)
+            return {**local, "w": sgd(local["w"], self.damping * g, ctx.lr, batch.active)}
+
+    unregister(METHODS, "damped_fedavg")
+    code, result = run_cli(tmp_path, "--method", "damped_fedavg", "--set", "damping=0.1")
+    assert code == 0 and result["config"]["method"] == {"name": "damped_fedavg", "damping": 0.1}
+    assert run_cli(tmp_path, "--method", "damped_fedavg", "--set", "dampin=0.1")[0] == 2
+    assert "method.damping" in capsys.readouterr().err  # the error lists the settable keys
+
+
+def test_dataset_recipe(tmp_path, unregister):
+    @register_dataset("two_blobs", model="mlp")
+    def two_blobs(rng: np.random.Generator, *, num_clients: int = 4, per_client: int = 40) -> FederatedDataset:
+        """Two Gaussian blobs in 8 dimensions, dealt out evenly (an example, as in CONTRIBUTING.md)."""
+        y = rng.integers(0, 2, num_clients * per_client)
+        x = rng.normal(size=(len(y), 8)) + 2.0 * y[:, None]
+        parts = np.array_split(rng.permutation(len(y)), num_clients)
+        return from_partition("two_blobs", torch.tensor(x, dtype=torch.float32), torch.tensor(y), parts, rng,
+                              num_classes=2, source=f"two_blobs|{per_client}", meta={})
+
+    unregister(DATASETS, "two_blobs")
+    out = tmp_path / "blobs.json"
+    code = main(["run", "--dataset", "two_blobs", "--rounds", "3", "--clients-per-round", "2", "--no-progress",
+                 "--set", "per_client=30", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert code == 0 and result["config"]["dataset"] == {"name": "two_blobs", "num_clients": 4, "per_client": 30}
+    assert result["config"]["model"]["name"] == "mlp" and result["final"]["acc_pooled"] > 0.5
