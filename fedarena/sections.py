@@ -65,6 +65,15 @@ def _named(cfg: ExperimentConfig, section: str) -> dict:
     return data
 
 
+def check_method_model(cfg: ExperimentConfig, method: Method) -> None:
+    """A method defined for some models only (MOCHA: the linear SVM) refuses the others."""
+    model = model_name(cfg)
+    if method.models is not None and model not in method.models:
+        raise ConfigError(f"method {method.name!r} is defined for model {' or '.join(map(repr, method.models))} "
+                          f"(a convex model it solves exactly), not {model!r}; set model.name="
+                          f"{method.models[0]}")
+
+
 def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:
     """The method and the aggregator fit together and the rule is defined for this corruption; returns f.
 
@@ -86,6 +95,7 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
     known from the dataset options; datasets whose number of clients is only known from the data (natural
     partitions) get their aggregator checked when the trial is built."""
     method = build_method(cfg.method)
+    check_method_model(cfg, method)
     num_clients = cfg.dataset.get("num_clients")
     if not isinstance(num_clients, int) or isinstance(num_clients, bool):
         if not method.uses_aggregator:

@@ -1,6 +1,8 @@
 """Shared fixtures: tiny, fast experiment configs on offline data."""
 
+import numpy as np
 import pytest
+import scipy.io
 
 from fedarena.config import ExperimentConfig
 
@@ -27,3 +29,24 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+def write_linear_vehicle(root, sizes=(60, 80, 70, 90), dim=5):
+    """A tiny vehicle.mat (MOCHA's format: cells X, Y) whose labels are the sign of a device's own linear
+    score (devices 0-1 and 2-3 share a direction), so a per-device linear SVM separates them."""
+    gen = np.random.default_rng(1)
+    directions = [np.eye(dim)[0], np.eye(dim)[0], np.eye(dim)[1], np.eye(dim)[1]]
+    cells_x, cells_y = np.empty((len(sizes), 1), dtype=object), np.empty((len(sizes), 1), dtype=object)
+    for k, n in enumerate(sizes):
+        x = gen.normal(size=(n, dim))
+        cells_x[k, 0], cells_y[k, 0] = x, np.where(x @ directions[k % len(directions)] > 0, 1.0, -1.0)[:, None]
+    path = root / "vehicle" / "vehicle.mat"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scipy.io.savemat(path, {"X": cells_x, "Y": cells_y})
+    return root
+
+
+@pytest.fixture
+def linear_vehicle(tmp_path):
+    """A data directory holding a tiny learnable vehicle.mat (a binary -1/+1 task for the linear SVM)."""
+    return write_linear_vehicle(tmp_path)

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -74,7 +75,7 @@ def test_project_simplex_by_hand():
 
 def test_afl_moves_by_dual_weights_then_ascends_on_the_losses():
     method = build_method({"name": "afl", "lr_lambda": 0.1})
-    clients = method.init_clients(W, 3)
+    clients = method.init_clients(W, np.array([4, 4, 4]))
     w_new, clients = method.server_step(W, clients, UPDATES, info([1.0, 3.0], ids=(0, 2)), mean_rule)
     torch.testing.assert_close(w_new, W + torch.tensor([0.5, 0.5]))  # lambda (1/3, 1/3) renormalised
     # (1/3 + 0.1, 1/3, 1/3 + 0.3) projected: theta = (1.4 - 1) / 3 -> (0.3, 0.2, 0.5)

@@ -3,6 +3,7 @@
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -122,7 +123,7 @@ def test_mapper_with_candidate_zero_is_fedavg_and_picks_the_lowest_loss_candidat
     assert torch.equal(state.w, fedavg.w)
     method = build_method({"name": "mapper", "candidates": [0.25, 0.75]})
     w = torch.zeros(2)
-    clients = method.init_clients(w, 3)
+    clients = method.init_clients(w, np.array([4, 4, 4]))
     local = method.local_init(w, clients, torch.tensor([0, 2]))  # rows: (c0, k0), (c0, k2), (c1, k0), (c1, k2)
     local = {**local, "u": torch.arange(8.0).view(4, 2), "w": -torch.arange(8.0).view(4, 2),
              "loss": torch.tensor([1.0, 5.0, 2.0, 4.0])}

@@ -23,16 +23,26 @@ SETTINGS = {
 
 
 def tiny(small_config, method, backend, **more):
-    return small_config(method=method, backend=backend, dataset={"name": "digits", "num_clients": 8},
-                        model={"name": "mlp", "hidden": [8]}, rounds=2, clients_per_round=3, local_steps=2,
-                        batch_size=8, eval_every=2, **more)
+    settings = {"dataset": {"name": "digits", "num_clients": 8}, "model": {"name": "mlp", "hidden": [8]},
+                "rounds": 2, "clients_per_round": 3, "local_steps": 2, "batch_size": 8, "eval_every": 2, **more}
+    return small_config(method=method, backend=backend, **settings)
+
+
+def tiny_for(small_config, method, backend, data_dir):
+    """digits with an MLP, or, for a method defined only for a linear SVM on -1/+1 labels (MOCHA), a tiny
+    Vehicle-format dataset."""
+    cls = METHODS.get(method["name"])
+    if "classification" in cls.tasks and cls.models is None:
+        return tiny(small_config, method, backend)
+    return tiny(small_config, method, backend, model={"name": cls.models[0] if cls.models else "svm"},
+                dataset={"name": "vehicle", "data_dir": str(data_dir), "num_clients": 4, "train_sizes": "full"})
 
 
 @pytest.mark.parametrize("name", METHODS.names())
-def test_method_runs_on_digits_and_backends_agree(small_config, name):
+def test_method_runs_on_digits_and_backends_agree(small_config, linear_vehicle, name):
     method = {"name": name, **SETTINGS.get(name, {})}
-    seq, seq_counts = simulate(build_trial(tiny(small_config, method, "sequential")))
-    bat, bat_counts = simulate(build_trial(tiny(small_config, method, "batched")))
+    seq, seq_counts = simulate(build_trial(tiny_for(small_config, method, "sequential", linear_vehicle)))
+    bat, bat_counts = simulate(build_trial(tiny_for(small_config, method, "batched", linear_vehicle)))
     assert not seq.diverged and seq.history[-1]["round"] == 2
     assert 0.0 <= seq.history[-1]["acc_pooled"] <= 1.0
     torch.testing.assert_close(bat.w, seq.w, rtol=1e-4, atol=1e-5)

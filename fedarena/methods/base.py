@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from fedarena.models.backends import Backend
@@ -33,6 +34,7 @@ class StepContext:
     ids: torch.Tensor  # [n] the clients of this group
     val: Batch | None  # the group's whole validation sets (for methods that tune on them), else None
     strong_attack: bool  # Ditto D.2's "strong attack" (dynamic lambda candidates)
+    train_sizes: torch.Tensor | None = None  # [n] training sample counts of the group's clients
     epoch_steps: torch.Tensor | None = None  # [n] steps in one epoch of each client (epoch mode), else None
 
 
@@ -44,6 +46,7 @@ class ServerInfo:
     losses: torch.Tensor | None  # [n] their training losses at the round-start global model, if needed
     ids: torch.Tensor  # [n] the selected clients
     lr: float  # the clients' learning rate (q-FFL's Lipschitz estimate L = 1 / lr)
+    round: int = 0  # the round (0-based)
 
 
 def sgd(params: torch.Tensor, grads: torch.Tensor, lr: float, active: torch.Tensor) -> torch.Tensor:
@@ -62,8 +65,10 @@ class Method:
     needs_losses = False  # True: server_step needs each client's training loss at the global model
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression")  # dataset tasks the method is defined for
+    models: tuple[str, ...] | None = None  # models the method is defined for (None: any)
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        """The per-client state at the start (``sizes``: every client's training sample count)."""
         return {}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:

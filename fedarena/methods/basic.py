@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
@@ -23,8 +24,8 @@ class LocalOnly(Method):
     evaluates = "personal"
     uses_aggregator = False
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"personal": w.expand(num_clients, -1).clone()}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(len(sizes), -1).clone()}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"v": clients["personal"][ids]}

@@ -9,6 +9,7 @@ configured rule (Table 3's "Ditto + robust aggregator"). Personal models evaluat
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
@@ -41,8 +42,8 @@ class Ditto(Method):
         self.candidates = {"normal": tuple(lam_candidates or DYNAMIC_CANDIDATES["normal"]),
                            "strong": tuple(lam_candidates_strong or DYNAMIC_CANDIDATES["strong"])}
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"personal": w.expand(num_clients, -1).clone()}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(len(sizes), -1).clone()}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"w": w.expand(len(ids), -1).clone(), "v": clients["personal"][ids]}

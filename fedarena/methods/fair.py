@@ -8,6 +8,7 @@ a weighted rule combines p with its aggregation weights so that sizes count once
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, method
@@ -97,8 +98,8 @@ class AFL(Method):
             raise ConfigError(f"afl lr_lambda must be > 0, got {lr_lambda}")
         self.lr_lambda = float(lr_lambda)
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"afl_lambda": torch.full((num_clients,), 1.0 / num_clients, dtype=w.dtype, device=w.device)}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"afl_lambda": torch.full((len(sizes),), 1.0 / len(sizes), dtype=w.dtype, device=w.device)}
 
     def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         lam = clients["afl_lambda"]

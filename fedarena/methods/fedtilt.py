@@ -19,6 +19,7 @@ and as mu -> infinity the personal models collapse onto the global FedAvg model 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
@@ -61,8 +62,8 @@ class FedTilt(Method):
             raise ConfigError(f"fedtilt dist must be one of {', '.join(DISTANCES)}; got {dist!r}")
         self.q, self.tau, self.lam, self.mu, self.dist = float(q), float(tau), float(lam), float(mu), dist
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"personal": w.expand(num_clients, -1).clone()}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(len(sizes), -1).clone()}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"w": w.expand(len(ids), -1).clone(), "v": clients["personal"][ids]}

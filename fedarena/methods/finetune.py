@@ -9,6 +9,7 @@ code (litian96/ditto, trainers_MTL/{ewc,kl}.py and trainers_global/finetuning.py
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -37,9 +38,9 @@ class FinetunePhase(Method):
         check_finetune(self.name, epochs)
         self.finalize_epochs = epochs
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"personal": w.expand(num_clients, -1).clone(),
-                "finetuned": torch.zeros(num_clients, dtype=w.dtype, device=w.device)}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(len(sizes), -1).clone(),
+                "finetuned": torch.zeros(len(sizes), dtype=w.dtype, device=w.device)}
 
     def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
         done = clients["finetuned"] > 0

@@ -6,6 +6,7 @@ litian96/ditto ``flearn/trainers_MTL``). All share the run's learning rate and m
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
@@ -33,8 +34,8 @@ class L2SGD(Method):
             raise ConfigError(f"l2sgd lam must be >= 0, got {lam}")
         self.lam = float(lam)
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"personal": w.expand(num_clients, -1).clone()}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"personal": w.expand(len(sizes), -1).clone()}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         rows = clients["personal"][ids]
@@ -75,9 +76,9 @@ class APFL(Method):
             raise ConfigError(f"apfl needs alpha in [0, 1] and alpha_lr >= 0, got {alpha}, {alpha_lr}")
         self.alpha, self.adaptive, self.alpha_lr = float(alpha), adaptive, float(alpha_lr)
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"local": w.expand(num_clients, -1).clone(),
-                "alpha": torch.full((num_clients,), self.alpha, dtype=w.dtype, device=w.device)}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"local": w.expand(len(sizes), -1).clone(),
+                "alpha": torch.full((len(sizes),), self.alpha, dtype=w.dtype, device=w.device)}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"w": w.expand(len(ids), -1).clone(), "v": clients["local"][ids], "alpha": clients["alpha"][ids]}
@@ -119,9 +120,9 @@ class Mapper(Method):
             raise ConfigError(f"mapper candidates must be a non-empty list of weights in [0, 1], got {candidates}")
         self.candidates = tuple(float(c) for c in candidates)
 
-    def init_clients(self, w: torch.Tensor, num_clients: int) -> dict[str, torch.Tensor]:
-        return {"local": w.expand(num_clients, -1).clone(),
-                "mix": torch.zeros(num_clients, dtype=w.dtype, device=w.device)}
+    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
+        return {"local": w.expand(len(sizes), -1).clone(),
+                "mix": torch.zeros(len(sizes), dtype=w.dtype, device=w.device)}
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         c, n = len(self.candidates), len(ids)

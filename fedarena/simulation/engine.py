@@ -45,7 +45,7 @@ class SimState:
 
 def initial_state(trial: Trial) -> SimState:
     w = trial.w0.clone()
-    return SimState(0, w, trial.method.init_clients(w, trial.dataset.num_clients))
+    return SimState(0, w, trial.method.init_clients(w, trial.train.sizes))
 
 
 def sample_clients(trial: Trial, round_idx: int) -> np.ndarray:
@@ -81,7 +81,8 @@ def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     ids = torch.as_tensor(group, device=trial.device)
     index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
     val = gather_all(trial.val, group) if trial.method.needs_val else None
-    ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong,
+    sizes = torch.as_tensor(pool.sizes[group], device=trial.device)
+    ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong, sizes,
                       _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None)
     local = init(w, clients, ids)
     for s in range(index.shape[0]):
@@ -128,7 +129,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     stacked = torch.cat(updates)
     stacked = _tamper(trial, stacked, ids, t)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    info = ServerInfo(trial.weights[ids], losses, rows, trial.cfg.lr)
+    info = ServerInfo(trial.weights[ids], losses, rows, trial.cfg.lr, t)
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, trial.aggregate)
     finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, rows)
     if not finite:  # drop the whole round: global model and the per-client rows it touched

@@ -19,7 +19,7 @@ from fedarena.methods.base import Aggregate, Method, build_method
 from fedarena.models import FlatModel, build_model
 from fedarena.models.backends import Backend
 from fedarena.params import ConfigError
-from fedarena.sections import check_server_rule, resolve_config
+from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled
 from fedarena.simulation.streams import ATTACK, INIT, PARTITION, stream
 
@@ -68,6 +68,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
                           f"of dataset {dataset.name!r}")
     method = build_method(cfg.method)
+    check_method_model(cfg, method)
     if dataset.task not in method.tasks:
         raise ConfigError(f"method {method.name!r} is defined for {', '.join(method.tasks)} tasks; dataset "
                           f"{dataset.name!r} is a {dataset.task} task")
