@@ -10,7 +10,8 @@ The level is the fraction of all clients in the malicious set: round(level * K) 
 trial from the attack stream, uniformly without replacement (plus any the dataset marks adversarial).
 Level 0 means no malicious client; for FedTilt's persistent outliers with ``scope="all"`` that is the
 paper's setting (outliers in every participating client, see ``outliers.py``).
-Attacks live in ``labels.py`` (a1), ``model.py`` (a2, a3, sign_flip, alie, ipm) and ``outliers.py``.
+Attacks live in ``labels.py`` (a1), ``model.py`` (a2, a3, sign_flip, alie, ipm), ``optimized.py`` (min_max,
+min_sum, fang) and ``outliers.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Effect:
     dataset: FederatedDataset
     tamper: Tamper | None = None
     corrupt: Corrupt | None = None
+    needs_benign: bool = False  # the tamper reads the round's benign updates: a round must hold one
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,15 @@ def draw_malicious(num_clients: int, count: int, rng: np.random.Generator, force
     mask[rng.choice(num_clients, size=count, replace=False)] = True
     mask[np.asarray(forced, dtype=np.int64)] = True
     return mask
+
+
+def check_benign_in_every_round(threat: ThreatModel, clients_per_round: int) -> None:
+    """An attack that reads the benign updates of a round (full knowledge) needs one in every round."""
+    count = int(threat.malicious.sum())
+    if threat.effect.needs_benign and count >= clients_per_round:
+        raise ConfigError(f"attack {threat.name!r} reads the benign updates of each round, but {count} malicious "
+                          f"clients can fill all {clients_per_round} places of a round; lower the level, raise "
+                          "clients_per_round, or set knowledge=malicious (the attackers' own honest updates)")
 
 
 def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Generator) -> ThreatModel:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from fedarena.attacks import ThreatModel, build_threat
+from fedarena.attacks.base import check_benign_in_every_round
 from fedarena.config import ExperimentConfig
 from fedarena.datasets import FederatedDataset, build_dataset
 from fedarena.methods.aggregators import make_aggregator
@@ -73,6 +74,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
         raise ConfigError(f"method {method.name!r} is defined for {', '.join(method.tasks)} tasks; dataset "
                           f"{dataset.name!r} is a {dataset.task} task")
     threat = build_threat(cfg.attack, dataset, stream(cfg.seed, ATTACK))
+    check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
     seed_init = int(stream(cfg.seed, INIT).integers(2**62))
     model, w0 = build_model(cfg.model["name"], _without_name(cfg.model), dataset.input_shape,

@@ -1,0 +1,142 @@
+"""Optimisation-based model poisoning: Min-Max and Min-Sum (Shejwalkar & Houmansadr, "Manipulating the
+Byzantine: Optimizing Model Poisoning Attacks and Defenses for Federated Learning", NDSS 2021, the
+AGR-agnostic attacks) and Fang et al.'s attack on trimmed mean / median ("Local Model Poisoning Attacks to
+Byzantine-Robust Federated Learning", USENIX Security 2020, full knowledge).
+
+Each reads a reference set of honest updates of the round: ``knowledge="benign"`` (default, full knowledge:
+the benign devices' updates, as both papers' strongest setting) or ``"malicious"`` (partial knowledge: the
+malicious devices' own honest updates, computed on their clean-label data). With full knowledge a round must
+hold a benign update; the trial refuses, before training, a level where a round could have none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+import torch
+
+from fedarena.attacks.base import ATTACKS, Effect
+from fedarena.attacks.checks import positive
+from fedarena.datasets.base import FederatedDataset
+from fedarena.params import ConfigError
+
+KNOWLEDGE = ("benign", "malicious")
+DIRECTIONS = ("unit", "std", "sign")  # the NDSS paper's perturbations: inverse unit vector / std / sign
+
+
+def reference_rows(updates: torch.Tensor, bad: torch.Tensor, knowledge: str) -> torch.Tensor:
+    """The honest updates the attacker knows (see the module docstring)."""
+    rows = updates[~bad] if knowledge == "benign" else updates[bad]
+    if rows.shape[0] == 0:
+        raise ConfigError(f"this round holds no {knowledge} update for the attack to read")
+    return rows
+
+
+def perturbation(honest: torch.Tensor, direction: str) -> torch.Tensor:
+    """The NDSS paper's grad_p: -mean/||mean|| ("unit"), -std ("std", per coordinate) or -sign(mean)."""
+    mean = honest.mean(0)
+    if direction == "unit":
+        return -mean / mean.norm().clamp_min(1e-12)
+    if direction == "std":
+        return -honest.std(0, correction=1 if honest.shape[0] > 1 else 0)
+    return -torch.sign(mean)
+
+
+def largest_gamma(fits: Callable[[float], bool], gamma_init: float, tol: float) -> float:
+    """The NDSS paper's Algorithm 1 search, as its authors' code runs it: from gamma = gamma_init with step
+    gamma_init, move gamma up or down by half the step as ``fits(gamma)`` holds or not and halve the step,
+    until the last fitting gamma is within tol of gamma (it ends at 0 when nothing in (0, 2 gamma_init)
+    fits)."""
+    gamma, step, found = gamma_init, gamma_init, 0.0
+    while abs(found - gamma) > tol:
+        if fits(gamma):
+            found = gamma
+            gamma += step / 2
+        else:
+            gamma -= step / 2
+        step /= 2
+    return found
+
+
+def min_max_fits(honest: torch.Tensor, candidate: torch.Tensor) -> bool:
+    """max_i ||m - g_i|| <= max_{i,j} ||g_i - g_j||."""
+    return bool(torch.cdist(candidate[None], honest).max() <= torch.cdist(honest, honest).max())
+
+
+def min_sum_fits(honest: torch.Tensor, candidate: torch.Tensor) -> bool:
+    """sum_i ||m - g_i||^2 <= max_i sum_j ||g_i - g_j||^2."""
+    own = (torch.cdist(candidate[None], honest) ** 2).sum()
+    return bool(own <= (torch.cdist(honest, honest) ** 2).sum(1).max())
+
+
+def agr_agnostic_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, fits, direction: str,
+                         knowledge: str, gamma_init: float, tol: float) -> torch.Tensor:
+    """Every malicious device sends m = mean + gamma grad_p with the largest gamma that ``fits``."""
+    honest = reference_rows(updates, bad, knowledge).double()
+    mean, push = honest.mean(0), perturbation(honest, direction)
+    gamma = largest_gamma(lambda g: fits(honest, mean + g * push), gamma_init, tol)
+    out = updates.clone()
+    out[bad] = (mean + gamma * push).to(updates.dtype)
+    return out
+
+
+def fang_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, b: float,
+                 knowledge: str) -> torch.Tensor:
+    """Fang et al. 2020's full-knowledge attack on trimmed mean and median, per coordinate j, in the space of
+    the updates: s_j = sign of the honest mean; where s_j > 0 each malicious device sends a value drawn
+    uniformly from [min_j / b, min_j] (min_j > 0) or [b min_j, min_j] (min_j <= 0), below every honest
+    value; where s_j <= 0, from [max_j, b max_j] (max_j > 0) or [max_j, max_j / b] (max_j <= 0)."""
+    honest = reference_rows(updates, bad, knowledge)
+    low, high = honest.min(0).values, honest.max(0).values
+    below = torch.stack([torch.where(low > 0, low / b, b * low), low])  # [2, d]: interval ends
+    above = torch.stack([high, torch.where(high > 0, b * high, high / b)])
+    ends = torch.where(honest.mean(0) > 0, below, above)
+    u = torch.rand((int(bad.sum()), updates.shape[1]), generator=gen, device=updates.device, dtype=updates.dtype)
+    out = updates.clone()
+    out[bad] = ends[0] + u * (ends[1] - ends[0])
+    return out
+
+
+def _knowledge(attack: str, knowledge: str) -> str:
+    if knowledge not in KNOWLEDGE:
+        raise ConfigError(f"attack {attack!r}: knowledge must be one of {', '.join(KNOWLEDGE)}, got {knowledge!r}")
+    return knowledge
+
+
+def _agr_agnostic(name: str, fits, dataset: FederatedDataset, direction: str, knowledge: str, gamma_init: float,
+                  tol: float) -> Effect:
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"attack {name!r}: direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    tamper = partial(agr_agnostic_updates, fits=fits, direction=direction, knowledge=_knowledge(name, knowledge),
+                     gamma_init=positive(name, "gamma_init", gamma_init), tol=positive(name, "tol", tol))
+    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign")
+
+
+@ATTACKS.register("min_max")
+def min_max(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, direction: str = "unit",
+            knowledge: str = "benign", gamma_init: float = 10.0, tol: float = 1e-5) -> Effect:
+    """Min-Max (NDSS 2021): the malicious update is no farther from any honest update than the two farthest
+    honest updates are from each other. ``direction``: unit (default), std or sign; ``gamma_init``, ``tol``:
+    the gamma search of the paper's Algorithm 1 (its values)."""
+    return _agr_agnostic("min_max", min_max_fits, dataset, direction, knowledge, gamma_init, tol)
+
+
+@ATTACKS.register("min_sum")
+def min_sum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, direction: str = "unit",
+            knowledge: str = "benign", gamma_init: float = 10.0, tol: float = 1e-5) -> Effect:
+    """Min-Sum (NDSS 2021): the malicious update's sum of squared distances to the honest updates is at most
+    that of any honest update. Options as ``min_max``."""
+    return _agr_agnostic("min_sum", min_sum_fits, dataset, direction, knowledge, gamma_init, tol)
+
+
+@ATTACKS.register("fang")
+def fang(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, b: float = 2.0,
+         knowledge: str = "benign") -> Effect:
+    """Fang et al. (USENIX Security 2020) on trimmed mean / median (see ``fang_updates``); ``b`` > 1 (the
+    paper's 2) bounds how far past the honest extremes the malicious values go."""
+    if b <= 1:
+        raise ConfigError(f"attack 'fang': b must be > 1, got {b!r}")
+    tamper = partial(fang_updates, b=float(b), knowledge=_knowledge("fang", knowledge))
+    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign")
