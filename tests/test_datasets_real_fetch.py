@@ -12,7 +12,6 @@ import torchvision.datasets as tvd
 from fedarena.datasets import cache, fetch, storage, torchvision_files
 from fedarena.datasets.sources import MISMATCH, MISSING, OK, PRESENT, check_file
 from fedarena.datasets.storage import DataCorruptError, DataFetchError, DataNotFoundError
-from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 
 
@@ -104,11 +103,7 @@ def test_fetch_of_a_present_manual_dataset_reports_it_complete(tmp_path):
     assert "vehicle/vehicle.mat  present" in text and "status: complete" in text
 
 
-def test_fetch_of_unsupported_and_of_generated_datasets(tmp_path):
-    with pytest.raises(
-        ConfigError, match="'stackoverflow' cannot be fetched: StackOverflow is not supported"
-    ):
-        fetch.fetch("stackoverflow", str(tmp_path))
+def test_fetch_of_generated_datasets(tmp_path):
     assert "none (generated or bundled)" in fetch.fetch("digits", str(tmp_path))
     assert fetch.info("digits", str(tmp_path))["complete"] is True
     with pytest.raises(UnknownNameError, match="unknown dataset 'fmnst'"):

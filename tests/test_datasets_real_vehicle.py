@@ -1,11 +1,11 @@
-"""Vehicle from a tiny MOCHA-style vehicle.mat (cells X, Y written with scipy.io.savemat); StackOverflow."""
+"""Vehicle from a tiny MOCHA-style vehicle.mat (cells X, Y written with scipy.io.savemat)."""
 
 import numpy as np
 import pytest
 import scipy.io
 import torch
 
-from fedarena.datasets import stackoverflow, vehicle  # noqa: F401  (register the builders)
+from fedarena.datasets import vehicle  # noqa: F401  (registers the builder)
 from fedarena.datasets.registry import DATASETS
 from fedarena.datasets.storage import DataCorruptError, DataNotFoundError
 from fedarena.params import ConfigError
@@ -115,12 +115,3 @@ def test_unknown_train_sizes_option_is_a_config_error(tmp_path):
 
     with pytest.raises(ConfigError, match="train_sizes must be 'power_law' or 'full'"):
         build(tmp_path, train_sizes="powerlaw")
-
-
-def test_stackoverflow_says_it_is_not_supported_and_what_it_would_need(tmp_path):
-    with pytest.raises(ConfigError) as err:
-        DATASETS.get("stackoverflow").build(np.random.default_rng(0), data_dir=str(tmp_path))
-
-    msg = str(err.value)
-    assert "not supported yet" in msg and "stackoverflow_train.h5" in msg and "tag_count" in msg
-    assert DATASETS.get("stackoverflow").model == "logreg"

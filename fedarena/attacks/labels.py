@@ -15,7 +15,7 @@ from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.datasets.base import FederatedDataset, Split
 from fedarena.params import ConfigError
 
-LABELLED_TASKS = ("classification", "binary_pm1")  # tasks whose labels an attacker can poison
+LABELLED_TASKS = ("classification", "binary_pm1", "multilabel")  # tasks whose labels an attacker can poison
 
 
 def poisoned_labels(y: torch.Tensor, task: str, num_classes: int, rng: np.random.Generator) -> torch.Tensor:
@@ -24,16 +24,29 @@ def poisoned_labels(y: torch.Tensor, task: str, num_classes: int, rng: np.random
     - ``binary_pm1`` (Vehicle SVM): y -> -y;
     - 2-class ``classification`` (CelebA): y -> 1 - y;
     - multi-class ``classification`` (FEMNIST, Fashion-MNIST): labels drawn uniformly from
-      [0, num_classes), independently of the true label (so about 1/C of them keep their class).
+      [0, num_classes), independently of the true label (so about 1/C of them keep their class);
+    - ``multilabel`` (StackOverflow tags): as many labels as the sample had, drawn uniformly without
+      replacement from the num_classes labels (the multi-label analogue of uniform random labels).
     """
     if task == "binary_pm1":
         return -y
+    if task == "multilabel":
+        return random_label_sets(y, rng)
     if task != "classification":
         raise ConfigError(f"label poisoning (a1) needs a classification task; this dataset's is {task!r}")
     if num_classes == 2:
         return 1 - y
     drawn = rng.integers(0, num_classes, size=len(y))
     return torch.as_tensor(drawn, dtype=y.dtype, device=y.device)
+
+
+def random_label_sets(y: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    """[n, C] 0/1 rows with the same number of ones as ``y``'s rows, at uniformly random positions."""
+    counts = y.sum(-1).long().tolist()
+    rows = np.zeros(tuple(y.shape), dtype=np.float32)
+    for i, count in enumerate(counts):
+        rows[i, rng.choice(y.shape[-1], size=count, replace=False)] = 1.0
+    return torch.as_tensor(rows, dtype=y.dtype, device=y.device)
 
 
 def poison_dataset(dataset: FederatedDataset, malicious: np.ndarray,

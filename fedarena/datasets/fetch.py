@@ -16,7 +16,6 @@ import fedarena.datasets  # noqa: F401  (importing the package registers every s
 from fedarena.datasets.registry import DATASETS
 from fedarena.datasets.sources import MISMATCH, MISSING, SOURCES, Source
 from fedarena.datasets.storage import DataCorruptError, DataFetchError, data_root, missing_error
-from fedarena.params import ConfigError
 
 
 def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict:
@@ -31,7 +30,6 @@ def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict
             "files": [],
             "complete": True,
             "downloadable": False,
-            "supported": True,
             "how": "needs no files: it is generated, or ships with a dependency",
         }
     source = SOURCES.get(name)
@@ -43,7 +41,6 @@ def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict
         "files": [{"path": r.path, "status": r.status, "detail": r.detail} for r in rows],
         "complete": all(r.status not in (MISSING, MISMATCH) for r in rows),
         "downloadable": source.download is not None,
-        "supported": source.supported,
         "how": source.how,
     }
 
@@ -57,9 +54,7 @@ def info_text(name: str, data_dir: str | None = None, *, verify: bool = True) ->
         f"  {f['path']:<{width}}  {f['status']}" + (f"  ({f['detail']})" if f["detail"] else "")
         for f in report["files"]
     ]
-    if not report["supported"]:
-        lines.append("status: not supported yet")
-    elif report["complete"]:
+    if report["complete"]:
         lines.append("status: complete")
     else:
         lines.append(f"status: incomplete; {report['how']}")
@@ -75,8 +70,6 @@ def fetch(name: str, data_dir: str | None = None) -> str:
     if name not in SOURCES:
         return info_text(name, data_dir)
     source, root = SOURCES.get(name), data_root(data_dir)
-    if not source.supported:
-        raise ConfigError(f"dataset {name!r} cannot be fetched: {source.how}")
     if source.download is not None and any(r.status == MISSING for r in source.check(root, False)):
         _download(name, source, root)
     rows = source.check(root, True)

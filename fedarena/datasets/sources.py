@@ -34,7 +34,6 @@ class Source:
     check: Callable[[Path, bool], list[FileStatus]]  # check(root, verify)
     urls: tuple[str, ...] = ()
     download: Callable[[Path], None] | None = None  # download(root); raises on network failure
-    supported: bool = True
 
 
 SOURCES: Registry[Source] = Registry("data source")

@@ -64,7 +64,7 @@ class Method:
     needs_val = False  # True: StepContext.val is filled with the group's validation data
     needs_losses = False  # True: server_step needs each client's training loss at the global model
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
-    tasks = ("classification", "binary_pm1", "regression")  # dataset tasks the method is defined for
+    tasks = ("classification", "binary_pm1", "regression", "multilabel")  # dataset tasks it is defined for
     models: tuple[str, ...] | None = None  # models the method is defined for (None: any)
 
     def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ from torch import nn
 from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
 from fedarena.params import ConfigError
 
-TASKS = ("classification", "binary_pm1", "regression")
+TASKS = ("classification", "binary_pm1", "regression", "multilabel")  # multilabel: y is a 0/1 vector per sample
 
 
 class FlatModel:
@@ -66,6 +66,8 @@ class FlatModel:
             return F.cross_entropy(out, y, reduction="none")
         if self.task == "binary_pm1":
             return torch.clamp_min(1 - y * out, 0)
+        if self.task == "multilabel":  # one sigmoid per label, binary cross-entropy averaged over the labels
+            return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(-1)
         return 0.5 * (out - y) ** 2
 
     def loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -77,17 +79,28 @@ class FlatModel:
         return value
 
     def predict(self, out: torch.Tensor) -> torch.Tensor:
-        """Predicted labels in the dataset's label space (argmax, or the sign for the SVM)."""
-        if self.task == "classification":
+        """Predicted labels in the dataset's label space (argmax, or the sign for the SVM; multilabel: the
+        top-scoring label)."""
+        if self.task in ("classification", "multilabel"):
             return out.argmax(-1)
         if self.task == "binary_pm1":
             return torch.where(out >= 0, 1.0, -1.0).to(out.dtype)
         return out
 
+    def correct(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per sample, whether the prediction is right; multilabel: the top-scoring label is one of the
+        sample's labels (precision at 1)."""
+        if self.task == "multilabel":
+            return y.gather(-1, out.argmax(-1, keepdim=True)).squeeze(-1) > 0
+        return self.predict(out) == y
+
     def class_index(self, y: torch.Tensor) -> torch.Tensor:
-        """Labels as class indices for per-class counts (-1/+1 -> 0/1; regression -> 0)."""
+        """Labels as class indices for per-class counts (-1/+1 -> 0/1; regression -> 0; multilabel: the
+        sample's first label, i.e. its most frequent one when labels are ordered by frequency)."""
         if self.task == "classification":
             return y.long()
+        if self.task == "multilabel":
+            return y.argmax(-1)
         if self.task == "binary_pm1":
             return (y > 0).long()
         return torch.zeros_like(y, dtype=torch.long)

@@ -22,7 +22,7 @@ EVAL_ELEMENTS = 2**25  # bound on padded input elements per vmap call (personal 
 def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, weight: torch.Tensor,
                 num_clients: int, num_classes: int, sums: list[torch.Tensor]) -> None:
     cls = model.class_index(y)
-    correct = (model.predict(out) == y).to(torch.float64) * weight
+    correct = model.correct(out, y).to(torch.float64) * weight
     loss = model.per_sample_loss(out, y).to(torch.float64) * weight
     flat = owner * num_classes + cls
     sums[0].index_add_(0, flat, correct)
@@ -51,13 +51,13 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
         for k in range(num_clients):
             rows = slice(int(pooled.offsets[k]), int(pooled.offsets[k] + pooled.sizes[k]))
             out = model.forward(params if params.dim() == 1 else params[k], pooled.x[rows])
-            ones = torch.ones_like(pooled.y[rows], dtype=torch.float64)
+            ones = torch.ones(len(pooled.y[rows]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[rows], pooled.owner[rows], ones, num_clients, classes, sums)
     elif params.dim() == 1:
         for start in range(0, len(pooled.y), EVAL_CHUNK):
             sl = slice(start, start + EVAL_CHUNK)
             out = model.forward(params, pooled.x[sl])
-            ones = torch.ones_like(pooled.y[sl], dtype=torch.float64)
+            ones = torch.ones(len(pooled.y[sl]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[sl], pooled.owner[sl], ones, num_clients, classes, sums)
     else:
         forward = vmap(model.forward, randomness="different")
@@ -65,7 +65,7 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
             index, real = pooled.padded_index(ids)
             out = forward(params[torch.as_tensor(ids, device=params.device)], pooled.x[index])
             owner = torch.as_tensor(ids, device=dev)[:, None].expand_as(index)
-            _accumulate(model, out.flatten(0, 1), pooled.y[index].flatten(), owner.flatten(),
+            _accumulate(model, out.flatten(0, 1), pooled.y[index].flatten(0, 1), owner.flatten(),
                         real.to(torch.float64).flatten(), num_clients, classes, sums)
     correct, total, loss = (s.cpu().numpy() for s in sums)
     return Counts(correct.reshape(num_clients, classes), total.reshape(num_clients, classes), loss)
