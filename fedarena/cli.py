@@ -6,11 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
 from tqdm import tqdm
 
 from fedarena import commands
-from fedarena.config import ExperimentConfig, apply_override, parse_value
+from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import section_keys
@@ -43,7 +42,7 @@ def add_run_parser(sub) -> None:
 def config_from_args(args) -> ExperimentConfig:
     data = ExperimentConfig().to_dict()
     if args.config:
-        loaded = yaml.safe_load(args.config.read_text()) or {}
+        loaded = read_yaml_file(args.config) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{args.config}: expected a mapping of config keys, got {type(loaded).__name__}")
         data = ExperimentConfig.from_dict({**data, **loaded}).to_dict()

@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -108,6 +109,24 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[path] = value
     return out
+
+
+def read_yaml_file(path: Path) -> Any:
+    """A YAML file's contents; a missing file or a syntax error is a one-line ConfigError naming the file
+    (and the line and column of the error)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)  # absent on YAMLErrors without a position
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        context = getattr(err, "context", None)
+        detail = f"{problem} ({context})" if context else problem
+        raise ConfigError(f"{path}{where}: invalid YAML: {detail}") from None
 
 
 def parse_value(text: str) -> Any:

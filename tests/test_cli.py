@@ -52,3 +52,15 @@ def test_console_script_runs(tmp_path):
                            "--rounds", "2", "--no-progress", "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["config"]["model"]["name"] == "logreg"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("rounds: [1, 2\n", "bad.yaml, line 2, column 1: invalid YAML: expected ',' or ']'"),
+    ("rounds: 3\n  lr: 0.1\n", "bad.yaml, line 2, column 5: invalid YAML: mapping values are not allowed here"),
+    ("- 1\n- 2\n", "expected a mapping of config keys, got list"),
+])  # fmt: skip
+def test_a_bad_config_file_is_one_line_naming_file_line_and_column(tmp_path, capsys, text, message):
+    (tmp_path / "bad.yaml").write_text(text)
+    assert main(["run", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
