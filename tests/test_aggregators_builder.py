@@ -37,7 +37,7 @@ def random_round(n, d, dtype, seed=0):
 def test_make_aggregator_resolves_hyperparameters_and_runs():
     updates, weights, losses = round_of_seven()
     agg = make_aggregator({"name": "multi_krum", "pre": [], "f": None, "m": 2}, f=2)
-    assert (agg.name, agg.f, agg.params) == ("multi_krum", 2, {"m": 2})
+    assert (agg.name, agg.f, agg.params) == ("multi_krum", 2, {"m": 2, "reference_mode": False})
     assert torch.allclose(agg(updates, weights, losses), torch.tensor([0.95, 1.05], dtype=torch.float64))
 
 

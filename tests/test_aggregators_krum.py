@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fedarena.methods.aggregators import AGGREGATORS
+from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
 from fedarena.methods.aggregators.base import pairwise_sq_distances
 from fedarena.methods.aggregators.krum import iterated_krum, krum_scores
 from fedarena.params import ConfigError
@@ -99,3 +99,25 @@ def test_bulyan_with_f_zero_is_the_mean():
 def test_bulyan_needs_4f_plus_3_updates():
     with pytest.raises(ConfigError, match="n >= 4f \\+ 3"):
         run("bulyan", tensor(CORE + SPREAD + FAR), f=2)
+
+
+def test_reference_mode_scores_zero_neighbours_where_krum_is_undefined():
+    # Prepare: n = 10 updates at 80% corruption, f = 8: n - f - 2 = 0 neighbours. Row 0 is an outlier, so
+    # the answer (the first update; multi-Krum: the mean of the first m = n - f = 2) differs from any robust one
+    updates = torch.tensor([[50.0, -50.0]] + [[float(i), 1.0] for i in range(1, 10)], dtype=torch.float64)
+    with pytest.raises(ConfigError, match="n - f - 2 >= 1.*reference_mode=true"):
+        make_aggregator({"name": "krum"}, f=8)(updates, torch.ones(10))
+    # Execute
+    krum_ref = make_aggregator({"name": "krum", "reference_mode": True}, f=8)(updates, torch.ones(10))
+    multi_ref = make_aggregator({"name": "multi_krum", "reference_mode": True}, f=8)(updates, torch.ones(10))
+    # Assert
+    assert krum_ref.tolist() == [50.0, -50.0]
+    assert multi_ref.tolist() == [25.5, -24.5]
+
+
+def test_reference_mode_changes_nothing_where_krum_is_defined():
+    updates = tensor(HONEST + OUTLIERS)
+    for name in ("krum", "multi_krum"):
+        plain = make_aggregator({"name": name}, f=1)(updates, torch.ones(len(updates)))
+        ref = make_aggregator({"name": name, "reference_mode": True}, f=1)(updates, torch.ones(len(updates)))
+        assert torch.equal(plain, ref)

@@ -41,11 +41,11 @@ def assert_same_as(ds, snap):
 # --- the malicious set and the level -------------------------------------------------------------------
 
 
-def test_malicious_set_has_round_level_times_k_members_and_is_fixed_by_the_seed():
+def test_malicious_set_has_int_level_times_k_members_and_is_fixed_by_the_seed():
     ds = make_dataset([[0, 1]] * 10)
     a = build_threat({"name": "a2", "level": 0.37}, ds, np.random.default_rng(7))
     b = build_threat({"name": "a2", "level": 0.37}, ds, np.random.default_rng(7))
-    assert a.malicious.sum() == 4  # round(3.7)
+    assert a.malicious.sum() == 3  # int(3.7), as the reference code counts
     assert np.array_equal(a.malicious, b.malicious)
     section = {"name": "a2", "level": 0.37}
     others = [build_threat(section, ds, np.random.default_rng(s)).malicious for s in range(5)]
@@ -58,9 +58,12 @@ def test_level_outside_zero_one_is_an_error(level):
         build_threat({"name": "a1", "level": level}, make_dataset([[0, 1]] * 4), np.random.default_rng(0))
 
 
-def test_level_that_leaves_no_benign_client_is_an_error():
-    with pytest.raises(ConfigError, match="no benign client"):
-        build_threat({"name": "a1", "level": 0.9}, make_dataset([[0, 1]] * 4), np.random.default_rng(0))
+def test_a_level_below_one_always_leaves_a_benign_client_and_one_too_low_corrupts_none():
+    # int(level * K) < K for every level < 1: 0.9 of 4 clients is 3; 0.2 of 4 is none, an error
+    assert build_threat({"name": "a1", "level": 0.9}, make_dataset([[0, 1]] * 4),
+                        np.random.default_rng(0)).malicious.sum() == 3
+    with pytest.raises(ConfigError, match="corrupts no client of 4"):
+        build_threat({"name": "a1", "level": 0.2}, make_dataset([[0, 1]] * 4), np.random.default_rng(0))
 
 
 def test_unknown_attack_lists_the_available_ones():
@@ -87,6 +90,12 @@ def test_strong_attack_is_every_a3_and_any_attack_above_half():
     strong = {(name, lv): build_threat({"name": name, "level": lv}, ds, np.random.default_rng(0)).strong
               for name, lv in [("a3", 0.1), ("a2", 0.5), ("a2", 0.6), ("a1", 0.8)]}
     assert strong == {("a3", 0.1): True, ("a2", 0.5): False, ("a2", 0.6): True, ("a1", 0.8): True}
+
+
+def test_vehicle_at_half_has_the_references_eleven_malicious_devices_and_is_not_strong():
+    # round(0.5 * 23) = 12 would make the realised fraction 0.52 > 0.5; the reference has int(11.5) = 11
+    threat = build_threat({"name": "a1", "level": 0.5}, make_dataset([[0, 1]] * 23), np.random.default_rng(0))
+    assert threat.malicious.sum() == 11 and not threat.strong
 
 
 # --- A1 label poisoning -----------------------------------------------------------------------------------

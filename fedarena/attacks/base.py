@@ -6,7 +6,7 @@ An attack is registered as ``build(dataset, malicious, rng, *, **hyperparameters
 - ``Effect.corrupt``: a per-round data attack (persistent outliers) on the selected clients' training data,
 - ``Effect.tamper``: a model attack replacing the updates that malicious clients send.
 
-The level is the fraction of all clients in the malicious set: round(level * K) clients drawn once per
+The level is the fraction of all clients in the malicious set: int(level * K) clients drawn once per
 trial from the attack stream, uniformly without replacement (plus any the dataset marks adversarial).
 Level 0 means no malicious client; for FedTilt's persistent outliers with ``scope="all"`` that is the
 paper's setting (outliers in every participating client, see ``outliers.py``).
@@ -48,7 +48,7 @@ class ThreatModel:
     level: float
     malicious: np.ndarray  # bool [num_clients]; fixed for the whole trial
     effect: Effect
-    strong: bool  # Ditto D.2: every A3, and any attack corrupting more than half of the devices
+    strong: bool  # Ditto D.2: every A3, and any attack at a level above one half
 
     @property
     def benign(self) -> np.ndarray:
@@ -82,8 +82,9 @@ def attack_params(section: dict) -> dict:
 
 
 def malicious_count(level: float, num_clients: int) -> int:
-    """Size of the malicious set for a corruption level: round(level * K)."""
-    return int(round(level * num_clients))
+    """Size of the malicious set for a corruption level: int(level * K), as Ditto's reference code counts
+    them (Vehicle at 50%: 11 of 23; CelebA at 50%: 257 of 515)."""
+    return int(level * num_clients)
 
 
 def check_level(section: dict, num_clients: int) -> int:
@@ -91,10 +92,7 @@ def check_level(section: dict, num_clients: int) -> int:
     level = level_value(section)
     if section["name"] == "none" and level > 0:
         raise ConfigError(f"attack 'none' with level {level}: choose an attack ({', '.join(ATTACKS.names())})")
-    count = malicious_count(level, num_clients)
-    if count >= num_clients:
-        raise ConfigError(f"level {level} corrupts all {num_clients} clients; no benign client would remain")
-    return count
+    return malicious_count(level, num_clients)  # < num_clients for every level < 1
 
 
 def draw_malicious(num_clients: int, count: int, rng: np.random.Generator, forced: list[int]) -> np.ndarray:
@@ -125,5 +123,5 @@ def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Genera
         raise ConfigError(f"attack {section['name']!r} at level {section.get('level', 0.0)} corrupts no client of "
                           f"{dataset.num_clients}; set a level > 0 (e.g. --level 0.2) or use attack 'none'")
     level = level_value(section)
-    strong = section["name"] == "a3" or malicious.mean() > 0.5  # Ditto D.2, on the devices actually corrupted
+    strong = section["name"] == "a3" or level > 0.5  # Ditto D.2, on the nominal level (the reference's flag)
     return ThreatModel(section["name"], level, malicious, effect, strong)

@@ -28,26 +28,36 @@ def krum_scores(sq_dist: torch.Tensor, neighbours: int, active: torch.Tensor | N
     return scores.masked_fill(~active, float("inf"))
 
 
-def check_krum(n: int, f: int, **params) -> None:
+def check_krum(n: int, f: int, *, reference_mode: bool = False, **params) -> None:
     check_common(n, f)
-    if n - f - 2 < 1:
+    if f >= n:
+        raise ConfigError(f"krum needs f < n, got n={n}, f={f}")
+    if n - f - 2 < 1 and not reference_mode:
         raise ConfigError(
             f"krum scores the n - f - 2 nearest neighbours and needs n - f - 2 >= 1, got n={n}, f={f}"
-            " (its robustness guarantee further assumes 2f + 2 < n)"
+            " (its robustness guarantee further assumes 2f + 2 < n); reference_mode=true scores k = 0"
+            " neighbours there, as Ditto's reference code"
         )
+
+
+def scored_neighbours(n: int, f: int) -> int:
+    """k = n - f - 2 scored neighbours; 0 where that is below 1 (``reference_mode``)."""
+    return max(n - f - 2, 0)
 
 
 @aggregator("krum", check=check_krum)
 def krum(
-    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
+    reference_mode: bool = False,
 ) -> torch.Tensor:
     """Krum (Blanchard et al. 2017): score_i = sum of squared L2 distances from update i to its k = n - f - 2
     nearest other updates; return the update with the lowest score (ties: lowest index). Same k as Ditto's
-    reference ``krum_average`` (ByzFL uses n - f - 1). Raises where k < 1; like Ditto's experiments (f = 5 of
-    n = 10), it runs when 2f + 2 >= n, outside the paper's guarantee."""
+    reference ``krum_average`` (ByzFL uses n - f - 1). Raises where n - f - 2 < 1; like Ditto's experiments
+    (f = 5 of n = 10), it runs when 2f + 2 >= n, outside the paper's guarantee. ``reference_mode``: where
+    n - f - 2 < 1, score k = 0 neighbours as the reference code does (every score is 0: the first update)."""
     n = check_updates(updates, f)
-    check_krum(n, f)
-    scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
+    check_krum(n, f, reference_mode=reference_mode)
+    scores = krum_scores(pairwise_sq_distances(updates), scored_neighbours(n, f))
     return updates[torch.argmin(scores)].clone()
 
 
@@ -55,8 +65,8 @@ def multi_krum_size(n: int, f: int, m: int | None) -> int:
     return n - f if m is None else m
 
 
-def check_multi_krum(n: int, f: int, *, m: int | None = None) -> None:
-    check_krum(n, f)
+def check_multi_krum(n: int, f: int, *, m: int | None = None, reference_mode: bool = False) -> None:
+    check_krum(n, f, reference_mode=reference_mode)
     if m is not None and (isinstance(m, bool) or not isinstance(m, int)):
         raise ConfigError(f"multi_krum m must be a whole number of updates (or null for n - f), got {m!r}")
     size = multi_krum_size(n, f, m)
@@ -66,14 +76,15 @@ def check_multi_krum(n: int, f: int, *, m: int | None = None) -> None:
 
 @aggregator("multi_krum", check=check_multi_krum)
 def multi_krum(
-    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None,
+    reference_mode: bool = False,
 ) -> torch.Tensor:
     """Multi-Krum (Blanchard et al. 2017): Krum scores with k = n - f - 2 neighbours; uniform mean of the m
     lowest-score updates, m = n - f by default (Ditto's reference ``mkrum_average``); m = 1 is Krum. Like
-    Krum, raises where n - f - 2 < 1."""
+    Krum, raises where n - f - 2 < 1, unless ``reference_mode`` (k = 0 there: the mean of the first m)."""
     n = check_updates(updates, f)
-    check_multi_krum(n, f, m=m)
-    scores = krum_scores(pairwise_sq_distances(updates), n - f - 2)
+    check_multi_krum(n, f, m=m, reference_mode=reference_mode)
+    scores = krum_scores(pairwise_sq_distances(updates), scored_neighbours(n, f))
     chosen = torch.argsort(scores, stable=True)[: multi_krum_size(n, f, m)]
     return subset_mean(updates, chosen)
 
