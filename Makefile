@@ -10,7 +10,7 @@ FORMAT ?= markdown
 OUT ?= leaderboards
 BENCH_ARGS ?=
 
-.PHONY: install test benchmark perf lint ui leaderboards clean
+.PHONY: install test benchmark perf perf-paper lint ui leaderboards clean
 
 install: $(STAMP)
 
@@ -35,6 +35,12 @@ ui: install
 
 perf: install
 	$(BIN)/python -m fedarena.perf
+
+# Paper-scale Fashion-MNIST trial cost (ms per round, evaluation, checkpoints, peak memory, projected grid);
+# PERF_ROUNDS timed rounds per method (a few on a CPU, more on a GPU).
+PERF_ROUNDS ?= 3
+perf-paper: install
+	$(BIN)/python -m fedarena.perf_paper --rounds $(PERF_ROUNDS)
 
 lint: install
 	$(BIN)/ruff check fedarena tests

@@ -1,0 +1,136 @@
+"""``make perf-paper``: what one paper-scale Fashion-MNIST trial costs, phase by phase.
+
+Writes random Fashion-MNIST-shaped IDX files (70,000 28x28 images, torchvision's layout) into a temporary
+data directory, builds trials through the real ``fmnist`` loader and engine at the paper's setting (500
+devices, 10 per round, 2 local steps of batch 16, the 3.27M-parameter CNN) and prints, per method and
+backend: ms per round, one evaluation of every device, one checkpoint (size, save and load time), peak
+device memory in training and in evaluation (CUDA only), and the projected time of the Fashion-MNIST
+Table 1 grid (134 trials of 5,000 rounds, evaluated every 10, ten checkpoints each) run one at a time.
+Figures are measurements of one run, printed and never asserted; on a CPU use a few rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import struct
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedarena.config import ExperimentConfig
+from fedarena.simulation.checkpoint import load_state, save_state
+from fedarena.simulation.engine import evaluate_state, initial_state, run_round
+from fedarena.simulation.setup import build_trial
+
+METHODS = {"global": {"name": "global"}, "ditto_lam": {"name": "ditto", "lam": 1.0},
+           "ditto_dynamic": {"name": "ditto", "dynamic_lam": True}}
+# Table 1's Fashion-MNIST trials at paper scale by cost class: Ditto (dynamic lambda) rows, and the rest,
+# which cost about one global round each (robustness suite: 15 rows x 10 columns, less the excluded cells).
+GRID = {"ditto_dynamic": 10, "global": 124}
+PAPER = {"rounds": 5000, "eval_every": 10, "checkpoints": 10}
+
+
+def write_fmnist_shaped(root: Path, seed: int = 0) -> None:
+    """60,000 + 10,000 random images and labels as torchvision's unpacked IDX files."""
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    gen = np.random.default_rng(seed)
+    for split, n in (("train", 60000), ("t10k", 10000)):
+        images = gen.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = gen.integers(0, 10, n, dtype=np.uint8)
+        for kind, arr in (("images-idx3", images), ("labels-idx1", labels)):
+            header = bytes([0, 0, 0x08, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape)
+            (raw / f"{split}-{kind}-ubyte.gz").write_bytes(gzip.compress(header + arr.tobytes(), compresslevel=1))
+
+
+def paper_config(method: dict, backend: str, data_dir: Path, device: str) -> ExperimentConfig:
+    return ExperimentConfig.from_dict({
+        "dataset": {"name": "fmnist", "data_dir": str(data_dir)}, "method": method, "backend": backend,
+        "rounds": PAPER["rounds"], "eval_every": PAPER["eval_every"], "clients_per_round": 10,
+        "local_steps": 2, "batch_size": 16, "lr": 0.05, "device": device})
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_gb(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+
+
+def measure(cfg: ExperimentConfig, rounds: int) -> dict:
+    """ms per round, seconds per evaluation and per checkpoint, checkpoint GB, peak GB per phase."""
+    trial = build_trial(cfg)
+    state = run_round(trial, initial_state(trial))  # warm-up
+    _sync(trial.device)
+    _peak_reset(trial.device)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        state = run_round(trial, state)
+    _sync(trial.device)
+    row = {"ms_round": 1000 * (time.perf_counter() - start) / rounds, "train_peak_gb": _peak_gb(trial.device)}
+    _peak_reset(trial.device)
+    start = time.perf_counter()
+    evaluate_state(trial, state)
+    _sync(trial.device)
+    row.update(eval_s=time.perf_counter() - start, eval_peak_gb=_peak_gb(trial.device))
+    return {**row, **checkpoint_cost(trial, state, cfg.hash())}
+
+
+def checkpoint_cost(trial, state, config_hash: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        save_state(Path(tmp), state, config_hash)
+        saved = time.perf_counter() - start
+        size = sum(f.stat().st_size for f in Path(tmp).iterdir()) / 1e9
+        start = time.perf_counter()
+        load_state(Path(tmp), trial, config_hash)
+        return {"ckpt_gb": size, "ckpt_save_s": saved, "ckpt_load_s": time.perf_counter() - start}
+
+
+def trial_seconds(row: dict) -> float:
+    evals = PAPER["rounds"] // PAPER["eval_every"]
+    return (PAPER["rounds"] * row["ms_round"] / 1000 + evals * row["eval_s"]
+            + PAPER["checkpoints"] * row["ckpt_save_s"])
+
+
+def report(rows: dict[tuple[str, str], dict], backend: str) -> list[str]:
+    lines = [f"{'method':<14} {'backend':<10} {'ms/round':>9} {'eval s':>7} {'ckpt GB':>8} {'save s':>7} "
+             f"{'load s':>7} {'train GB':>9} {'eval GB':>8} {'trial s':>8}"]
+    for (name, back), row in rows.items():
+        gb = [f"{row[k]:.2f}" if row[k] is not None else "n/a" for k in ("train_peak_gb", "eval_peak_gb")]
+        lines.append(f"{name:<14} {back:<10} {row['ms_round']:9.1f} {row['eval_s']:7.2f} {row['ckpt_gb']:8.3f} "
+                     f"{row['ckpt_save_s']:7.2f} {row['ckpt_load_s']:7.2f} {gb[0]:>9} {gb[1]:>8} "
+                     f"{trial_seconds(row):8.0f}")
+    grid = sum(count * trial_seconds(rows[(name, backend)]) for name, count in GRID.items())
+    lines.append(f"projected Fashion-MNIST Table 1 grid ({sum(GRID.values())} trials, one at a time, {backend}): "
+                 f"{grid / 60:.0f} min (checkpoints {sum(c * PAPER['checkpoints'] * rows[(n, backend)]['ckpt_save_s'] for n, c in GRID.items()) / 60:.1f} min)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per method (a few on a CPU)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--backends", default="batched,sequential")
+    args = parser.parse_args(argv)
+    backends = args.backends.split(",")
+    with tempfile.TemporaryDirectory() as data_dir:
+        write_fmnist_shaped(Path(data_dir))
+        rows = {(name, backend): measure(paper_config(method, backend, Path(data_dir), args.device), args.rounds)
+                for name, method in METHODS.items() for backend in backends}
+    print("\n".join(report(rows, backends[0])))
+
+
+if __name__ == "__main__":
+    main()
