@@ -17,6 +17,7 @@ from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import from_partition
 from fedarena.datasets.partition import k_classes
 from fedarena.datasets.registry import DATASETS, register_dataset
+from fedarena.methods.aggregators.perf import time_aggregators
 from fedarena.simulation.data import gather, round_plan
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round, sample_clients
 from fedarena.simulation.evaluate import evaluate
@@ -128,8 +129,6 @@ def evaluation_cost(model: str, device: str) -> dict:
 
 
 def aggregation_times(device: str) -> list[dict]:
-    from fedarena.methods.aggregators.perf import time_aggregators
-
     trial = build_trial(perf_config("cnn_fmnist", device, rounds=1))
     return time_aggregators(trial.model.dim, ns=(10, 100), device=device, repeats=1)
 

@@ -37,6 +37,12 @@ def test_min_sum_keeps_the_sum_of_squares_of_the_worst_benign_update():
     torch.testing.assert_close(out[3:], torch.full((2, 1), -1.0, dtype=torch.float64), atol=1e-4, rtol=0)
 
 
+def test_full_knowledge_falls_back_to_the_attackers_updates_in_a_round_without_benign_ones():
+    everyone_bad = torch.ones(5, dtype=torch.bool)
+    own = tamper_of("min_max", knowledge="malicious")(UPDATES, everyone_bad, torch.Generator())
+    assert torch.equal(tamper_of("min_max")(UPDATES, everyone_bad, torch.Generator()), own)
+
+
 def test_partial_knowledge_uses_the_attackers_own_updates():
     # reference 8, 9: mean 8.5, diameter 1; m = 8.5 - gamma with 0.5 + gamma <= 1: gamma = 0.5, m = 8
     out = tamper_of("min_max", knowledge="malicious")(UPDATES, BAD, torch.Generator())
@@ -63,11 +69,13 @@ def test_fang_sends_values_past_the_benign_extremes_against_their_direction():
 def test_full_knowledge_needs_a_benign_update_in_every_round():
     client = ClientData(*(Split(torch.zeros(2, 1), torch.tensor([0, 1])) for _ in range(3)))
     ds = FederatedDataset("tiny", [client] * 10, 2, (1,), "fp", "classification")
-    threat = build_threat({"name": "min_max", "level": 0.5}, ds, np.random.default_rng(0))
-    with pytest.raises(ConfigError, match="5 malicious clients can fill all 5 places.*knowledge=malicious"):
+    strict = {"name": "min_max", "level": 0.5, "knowledge": "benign_strict"}
+    threat = build_threat(strict, ds, np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="5 malicious clients can fill all 5 places.*knowledge=benign"):
         check_benign_in_every_round(threat, 5)
     check_benign_in_every_round(threat, 6)
-    partial = build_threat({"name": "min_max", "level": 0.5, "knowledge": "malicious"}, ds, np.random.default_rng(0))
-    check_benign_in_every_round(partial, 5)
-    with pytest.raises(ConfigError, match="knowledge must be one of benign, malicious"):
+    for knowledge in ("benign", "malicious"):  # fall back to / always use the attackers' own updates
+        lenient = build_threat({**strict, "knowledge": knowledge}, ds, np.random.default_rng(0))
+        check_benign_in_every_round(lenient, 5)
+    with pytest.raises(ConfigError, match="knowledge must be one of benign, benign_strict, malicious"):
         build_threat({"name": "fang", "level": 0.5, "knowledge": "all"}, ds, np.random.default_rng(0))

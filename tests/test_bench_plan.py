@@ -2,7 +2,7 @@
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import round_line, tally
-from fedarena.bench.runner import plan_trials
+from fedarena.bench.runner import checkpoint_spacing, plan_trials
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
 from fedarena.tracking import RunSummary
@@ -33,6 +33,13 @@ def test_auto_checkpoint_spacing_is_about_ten_per_trial_on_evaluation_rounds():
     assert auto_checkpoint_every(50, 10) == 10
     assert auto_checkpoint_every(6, 2) == 2
     assert auto_checkpoint_every(95, 4) == 8
+
+
+def test_checkpoint_spacing_option_then_scale_then_about_ten_per_trial():
+    assert checkpoint_spacing(20, 0, 5000, 10) == 20  # --checkpoint-every
+    assert checkpoint_spacing(None, 0, 5000, 10) == 0  # the scale's: short trials, no checkpoint before the end
+    assert checkpoint_spacing(0, 100, 5000, 10) == 0
+    assert checkpoint_spacing(None, None, 5000, 10) == 500
 
 
 def test_tally_counts_statuses_and_unseen_trials_as_pending():

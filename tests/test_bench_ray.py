@@ -10,9 +10,10 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedarena.bench.grid import expand
+from fedarena.bench.parse import load_suite
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
-from fedarena.bench.suite import SCALES, load_suite
+from fedarena.bench.suite import SCALES
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.setup import build_trial
 

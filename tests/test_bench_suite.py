@@ -6,9 +6,10 @@ import pytest
 import yaml
 
 from fedarena.bench.grid import Combo, build_config, count_trials, expand
+from fedarena.bench.parse import SUITES, load_suite
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchError, BenchOptions, run_bench
-from fedarena.bench.suite import SCALES, SUITES, SuiteError, load_suite
+from fedarena.bench.suite import SCALES, SuiteError
 from fedarena.cli import main
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
@@ -157,7 +158,7 @@ def test_bad_yaml_and_missing_scale(tmp_path):
     del data["scales"]["paper"]
     missing = write_suite(tmp_path, data, "noscale")
     # Execute / Assert
-    with pytest.raises(SuiteError, match=r"broken\.yaml: invalid YAML"):
+    with pytest.raises(SuiteError, match=r"broken\.yaml, line 3, column 1: invalid YAML"):
         load_suite(broken)
     with pytest.raises(SuiteError, match=r"noscale\.yaml: scales: missing key 'paper'"):
         load_suite(missing)

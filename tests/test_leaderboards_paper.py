@@ -125,10 +125,17 @@ def test_stand_in_datasets_are_never_compared_with_the_paper():
     assert set(view["method_label"]) == {"local"}
 
 
-def test_stand_in_runs_get_a_footnote():
-    from fedarena.leaderboards.build import stand_in_notes
+def test_runs_recorded_under_another_datasets_label_are_shown_under_the_dataset_run():
+    # Prepare: digits labelled fmnist (how older versions labelled the quick scale), and a real mnist run
+    from fedarena.leaderboards.build import prepare_runs
 
-    runs = normalize(pd.DataFrame([{**cell("fmnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "digits"},
-                                   {**cell("mnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "mnist"}]))
-    assert stand_in_notes(runs) == ["Rows under fmnist were run on digits, a stand-in at this scale: not the "
-                                    "paper's experiment, and left out of the reproduction view."]
+    base = dict(status="FINISHED", seed="0", dataset_fingerprint="fp", git_sha="sha")
+    runs = pd.DataFrame([{**base, **cell("fmnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "digits",
+                          "cell_hash": "h1"},
+                         {**base, **cell("mnist", "global", "clean", "0.0", 0.9, 0.1), "dataset.name": "mnist",
+                          "cell_hash": "h2"}])
+    # Execute
+    prepared, notes = prepare_runs(runs)
+    # Assert
+    assert sorted(prepared["dataset_label"]) == ["digits", "mnist"]
+    assert notes == ["1 run(s) recorded under the label fmnist ran digits: shown as digits."]

@@ -88,6 +88,25 @@ def test_run_store_round_trip(tmp_path):
     assert [r.run_id for r in store.runs_by_hash()["abc"]] == [run_id]
 
 
+def test_rounds_and_tags_are_written_in_one_batch_and_every_registered_metric_is_logged(tmp_path):
+    # Prepare
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = check_store(uri)
+    store = RunStore(client, suite_experiment(client, uri, "batched"))
+    run_id = store.open("r", {}, {"config_hash": "h"}, {})
+    # Execute: two evaluation rounds and a tag at once, then the end with one more round
+    store.log_rounds(run_id, {20: {"acc_pooled": 0.5, "val_acc_pooled": 0.6}, 10: {"acc_pooled": 0.25}},
+                     {"checkpoint_round": 20})
+    store.finish(run_id, "FINISHED", tags={"diverged": False}, rounds={30: {"acc_pooled": 0.75}})
+    # Assert
+    run = client.get_run(run_id)
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "acc_pooled")] == [
+        (10, 0.25), (20, 0.5), (30, 0.75)]
+    assert run.data.metrics["val_acc_pooled"] == 0.6
+    assert (run.data.tags["checkpoint_round"], run.data.tags["diverged"], run.info.status) == (
+        "20", "false", "FINISHED")
+
+
 def test_reopen_marks_running_drops_the_error_and_returns_last_round(tmp_path):
     # Prepare
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -107,12 +126,12 @@ def test_reopen_marks_running_drops_the_error_and_returns_last_round(tmp_path):
 def test_identity_tags_follow_the_schema():
     # Prepare
     cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits"}, "attack": {"name": "a1", "level": 0.5}})
-    spec = TrialSpec(cfg, "robustness", "quick", "ditto", "fmnist", "a1", 0.5, 0, "h1", "c1", "ditto fmnist a1@0.5 s0")
+    spec = TrialSpec(cfg, "robustness", "quick", "ditto", "digits", "a1", 0.5, 0, "h1", "c1", "ditto digits a1@0.5 s0")
     # Execute
     tags = identity_tags(spec, {"git_sha": "abc", "fedarena_version": "0.1.0", "torch_version": "2"})
     # Assert
     assert tags == {"config_hash": "h1", "cell_hash": "c1", "suite": "robustness", "scale": "quick",
-                    "method_label": "ditto", "dataset_label": "fmnist", "attack_label": "a1", "level": "0.5",
+                    "method_label": "ditto", "dataset_label": "digits", "attack_label": "a1", "level": "0.5",
                     "diverged": "false", "dataset_name": "digits", "git_sha": "abc", "fedarena_version": "0.1.0",
                     "torch_version": "2"}
 

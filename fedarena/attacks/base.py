@@ -109,7 +109,8 @@ def check_benign_in_every_round(threat: ThreatModel, clients_per_round: int) -> 
     if threat.effect.needs_benign and count >= clients_per_round:
         raise ConfigError(f"attack {threat.name!r} reads the benign updates of each round, but {count} malicious "
                           f"clients can fill all {clients_per_round} places of a round; lower the level, raise "
-                          "clients_per_round, or set knowledge=malicious (the attackers' own honest updates)")
+                          "clients_per_round, or set knowledge=benign (the attackers' own honest updates in such a round) or "
+                          "knowledge=malicious (always their own)")
 
 
 def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Generator) -> ThreatModel:

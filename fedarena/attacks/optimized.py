@@ -4,9 +4,10 @@ AGR-agnostic attacks) and Fang et al.'s attack on trimmed mean / median ("Local 
 Byzantine-Robust Federated Learning", USENIX Security 2020, full knowledge).
 
 Each reads a reference set of honest updates of the round: ``knowledge="benign"`` (default, full knowledge:
-the benign devices' updates, as both papers' strongest setting) or ``"malicious"`` (partial knowledge: the
-malicious devices' own honest updates, computed on their clean-label data). With full knowledge a round must
-hold a benign update; the trial refuses, before training, a level where a round could have none.
+the benign devices' updates, as both papers' strongest setting; in a round without any, the malicious
+devices' own honest updates, as ALIE and IPM here), ``"benign_strict"`` (full knowledge only: the trial
+refuses, before training, a level at which a round could hold no benign update) or ``"malicious"``
+(partial knowledge: the malicious devices' own honest updates, computed on their clean-label data).
 """
 
 from __future__ import annotations
@@ -22,16 +23,14 @@ from fedarena.attacks.checks import positive
 from fedarena.datasets.base import FederatedDataset
 from fedarena.params import ConfigError
 
-KNOWLEDGE = ("benign", "malicious")
+KNOWLEDGE = ("benign", "benign_strict", "malicious")
 DIRECTIONS = ("unit", "std", "sign")  # the NDSS paper's perturbations: inverse unit vector / std / sign
 
 
 def reference_rows(updates: torch.Tensor, bad: torch.Tensor, knowledge: str) -> torch.Tensor:
     """The honest updates the attacker knows (see the module docstring)."""
-    rows = updates[~bad] if knowledge == "benign" else updates[bad]
-    if rows.shape[0] == 0:
-        raise ConfigError(f"this round holds no {knowledge} update for the attack to read")
-    return rows
+    full = knowledge != "malicious" and bool((~bad).any())
+    return updates[~bad] if full else updates[bad]
 
 
 def perturbation(honest: torch.Tensor, direction: str) -> torch.Tensor:
@@ -111,7 +110,7 @@ def _agr_agnostic(name: str, fits, dataset: FederatedDataset, direction: str, kn
         raise ConfigError(f"attack {name!r}: direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     tamper = partial(agr_agnostic_updates, fits=fits, direction=direction, knowledge=_knowledge(name, knowledge),
                      gamma_init=positive(name, "gamma_init", gamma_init), tol=positive(name, "tol", tol))
-    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign")
+    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign_strict")
 
 
 @ATTACKS.register("min_max")
@@ -139,4 +138,4 @@ def fang(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Genera
     if b <= 1:
         raise ConfigError(f"attack 'fang': b must be > 1, got {b!r}")
     tamper = partial(fang_updates, b=float(b), knowledge=_knowledge("fang", knowledge))
-    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign")
+    return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign_strict")

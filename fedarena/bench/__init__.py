@@ -5,6 +5,7 @@
 (``trainable``), logging every trial to MLflow from the driver (``callback``).
 """
 
-from fedarena.bench.suite import SCALES, SUITES, Suite, SuiteError, load_suite
+from fedarena.bench.parse import SUITES, load_suite
+from fedarena.bench.suite import SCALES, Suite, SuiteError
 
 __all__ = ["SCALES", "SUITES", "Suite", "SuiteError", "load_suite"]

@@ -3,14 +3,16 @@
 Trials only report to Ray Tune; this callback turns their reports into the tracking schema of
 ``fedarena.tracking.runs`` (one run per trial, metrics per evaluation round, artifacts and status at the
 end) and prints the progress lines. Writing from the driver alone keeps an SQLite store safe with
-many concurrent trials.
+many concurrent trials. A trial's evaluation rounds (and its first-report tags) are held until its next
+checkpoint, its end or its failure and written then in one batch: few writes per trial, and whenever a
+checkpoint is recorded the metrics up to it are in the store.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray import tune
@@ -44,16 +46,26 @@ class Planned:
 class Active:
     spec: TrialSpec
     run_id: str
-    last_round: int = 0  # last round whose metrics are in the store
+    last_round: int = 0  # last round whose metrics are in the store or pending
     resumed_from: int | None = None  # start round of the attempt whose reports arrive (None: none yet)
+    pending_rounds: dict[int, dict] = field(default_factory=dict)  # round -> metrics, not written yet
+    pending_tags: dict[str, object] = field(default_factory=dict)
+
+    def take_pending(self) -> tuple[dict[int, dict], dict[str, object]]:
+        rounds, tags = self.pending_rounds, self.pending_tags
+        self.pending_rounds, self.pending_tags = {}, {}
+        return rounds, tags
 
 
 def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
     """The schema's identity tags of a trial (``dataset_fingerprint`` follows with the first report)."""
-    return {"config_hash": spec.config_hash, "cell_hash": spec.cell_hash, "suite": spec.suite, "scale": spec.scale,
+    tags = {"config_hash": spec.config_hash, "cell_hash": spec.cell_hash, "suite": spec.suite, "scale": spec.scale,
             "method_label": spec.method_label, "dataset_label": spec.dataset_label,
             "attack_label": spec.attack_label, "level": str(spec.level), "diverged": "false",
             "dataset_name": spec.config.dataset["name"], **versions}
+    if spec.select_group:
+        tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
+    return tags
 
 
 def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
@@ -103,20 +115,21 @@ class TrackingCallback(tune.Callback):
             return
         start = result.get("resumed_from_round", 0)
         if run.resumed_from != start:  # first report of an attempt (the first one, or a retry)
-            self.store.set_tags(run.run_id, {"dataset_fingerprint": result.get("dataset_fingerprint", ""),
-                                             RESUMED_FROM: start})
+            run.pending_tags.update({"dataset_fingerprint": result.get("dataset_fingerprint", ""),
+                                     RESUMED_FROM: start})
             run.resumed_from = start
         if result.get("evaluated") and result["round"] > run.last_round:
-            self.store.log_round(run.run_id, result["round"], result)
+            run.pending_rounds[result["round"]] = _numbers(result)
             run.last_round = result["round"]
         if not result.get("done"):
             self._event(trials, round_line(run.spec.name, result))
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         run = self.active.get(trial.trial_id)
-        if run is not None:
-            self.store.set_tags(run.run_id, {CHECKPOINT: checkpoint_uri(checkpoint),
-                                             CHECKPOINT_ROUND: trial.last_result.get("round", 0)})
+        if run is not None and not trial.last_result.get("done"):  # the final one goes with the run's end
+            rounds, tags = run.take_pending()
+            tags.update({CHECKPOINT: checkpoint_uri(checkpoint), CHECKPOINT_ROUND: trial.last_result.get("round", 0)})
+            self.store.log_rounds(run.run_id, rounds, tags)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
@@ -132,11 +145,12 @@ class TrackingCallback(tune.Callback):
             result = json.loads(Path(directory, RESULT_FILE).read_text())
             for entry in result["history"]:  # rounds whose report was lost (e.g. resumed after the last one)
                 if entry["round"] > run.last_round:
-                    self.store.log_round(run.run_id, entry["round"], _numbers(entry))
+                    run.pending_rounds[entry["round"]] = _numbers(entry)
                     run.last_round = entry["round"]
+            rounds, tags = run.take_pending()
+            tags.update({"diverged": bool(result["final"]["diverged"]), FAILURES: trial.num_failures})
             files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
-            self.store.finish(run.run_id, FINISHED, files, {"diverged": bool(result["final"]["diverged"]),
-                                                            FAILURES: trial.num_failures})
+            self.store.finish(run.run_id, FINISHED, files, tags, rounds)
         self._close(run, FINISHED)
         self._event(trials, final_line(run.spec.name, result["final"]))
 
@@ -145,7 +159,9 @@ class TrackingCallback(tune.Callback):
         if run is None or run.run_id in self.closed:
             return
         error = _error_line(trial)
-        self.store.finish(run.run_id, FAILED, tags={ERROR: error, FAILURES: trial.num_failures})
+        rounds, tags = run.take_pending()
+        tags.update({ERROR: error, FAILURES: trial.num_failures})
+        self.store.finish(run.run_id, FAILED, tags=tags, rounds=rounds)
         self._close(run, FAILED)
         self._event(trials, f"{run.spec.name}: FAILED: {error}")
 
@@ -153,7 +169,8 @@ class TrackingCallback(tune.Callback):
         """Mark runs still open (an interrupted benchmark) KILLED; the next run of the command resumes them."""
         still_open = [run for run in self.active.values() if run.run_id not in self.closed]
         for run in still_open:
-            self.store.finish(run.run_id, KILLED)
+            rounds, tags = run.take_pending()
+            self.store.finish(run.run_id, KILLED, tags=tags, rounds=rounds)
             self._close(run, KILLED)
         return len(still_open)
 

@@ -1,6 +1,7 @@
 """Grid expansion: a suite at one scale -> the list of trials (one federated run each).
 
-The grid is datasets x methods x attacks (each with its levels) x seeds, minus ``exclude`` rules.
+The grid is datasets x methods (a method entry with ``select`` contributes its variants at the scales it
+selects at, ``bench.select``) x attacks (each with its levels) x seeds, minus ``exclude`` rules.
 A trial's config is the merge, in this order, of: the config defaults, the suite's ``fixed``, the scale's
 ``fixed``, the dataset entry, the method entry, the attack entry (and its level), the seed, the device
 chosen by the runner, then every matching ``overrides`` rule. It is resolved (every component's defaults
@@ -14,10 +15,13 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from fedarena.bench.select import variants
 from fedarena.bench.suite import Entry, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
+from fedarena.datasets import DATASETS
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
+from fedarena.sections import check_planned_server_rule, resolve_config
 from fedarena.tracking.runs import run_name
 
 
@@ -32,7 +36,8 @@ class Combo:
     seed: int
 
     def labels(self) -> dict:
-        return {"dataset": self.dataset.label, "method": self.method.label, "attack": self.attack.label,
+        """What rules match: a method variant matches as its entry (``row``)."""
+        return {"dataset": self.dataset.label, "method": self.method.row, "attack": self.attack.label,
                 "level": self.level}
 
     @property
@@ -42,7 +47,8 @@ class Combo:
 
 @dataclass(frozen=True)
 class TrialSpec:
-    """A fully resolved trial with its table labels and identity."""
+    """A fully resolved trial with its table labels and identity; a variant of a selected method also has
+    its group (the table row), the metric that selects and its values (``bench.select``)."""
 
     config: ExperimentConfig
     suite: str
@@ -55,6 +61,9 @@ class TrialSpec:
     config_hash: str
     cell_hash: str
     name: str
+    select_group: str = ""
+    select_by: str = ""
+    variant: str = ""
 
 
 def merge(data: dict, patch: dict) -> None:
@@ -78,7 +87,8 @@ def attack_levels(suite: Suite, scale: Scale, dataset: Entry, attack: Entry) -> 
 def combinations(suite: Suite, scale: Scale, datasets: tuple[Entry, ...] | None = None,
                  seeds: tuple[int, ...] | None = None) -> Iterator[Combo]:
     """The grid points in a stable order (datasets, methods, attacks, levels, seeds), minus exclusions."""
-    methods = [m for m in suite.methods if scale.methods is None or m.label in scale.methods]
+    methods = [variant for m in suite.methods if scale.methods is None or m.label in scale.methods
+               for variant in variants(m, scale.name)]
     attacks = [a for a in suite.attacks if scale.attacks is None or a.label in scale.attacks]
     rules = suite.exclude + scale.exclude
     for dataset in datasets or scale.datasets:
@@ -118,8 +128,6 @@ def select_datasets(scale: Scale, wanted: str | None) -> tuple[Entry, ...]:
     chosen = tuple(e for e in scale.datasets if wanted in (e.label, e.patch["dataset"]["name"]))
     if chosen:
         return chosen
-    from fedarena.datasets import DATASETS
-
     if wanted not in DATASETS:
         listing = ", ".join(sorted({e.label for e in scale.datasets} | set(DATASETS.names())))
         raise ConfigError(f"--dataset {wanted!r} is neither a dataset of scale {scale.name!r} nor a registered "
@@ -132,9 +140,6 @@ def select_datasets(scale: Scale, wanted: str | None) -> tuple[Entry, ...]:
 def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple[int, ...] | None = None,
            device: str = "cpu") -> list[TrialSpec]:
     """Every trial of the suite at ``scale``, validated (names, hyperparameters, server rules)."""
-    from fedarena.bench.validate import check_server_rule
-    from fedarena.simulation.setup import resolve_config
-
     if scale not in suite.scales:
         raise SuiteError(f"{suite.path}: unknown scale {scale!r}; choose one of {', '.join(suite.scales)}")
     chosen = suite.scales[scale]
@@ -143,11 +148,13 @@ def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple
         where = f"scales.{scale}: trial '{combo.name}' ({combo.dataset.where}, {combo.method.where}, {combo.attack.where})"
         try:
             cfg = resolve_config(build_config(suite, chosen, combo, device))
-            check_server_rule(cfg)
+            check_planned_server_rule(cfg)
         except (ConfigError, UnknownNameError) as err:
             raise SuiteError(f"{suite.path}: {where}: {err}") from None
-        spec = TrialSpec(cfg, suite.name, scale, combo.method.label, combo.dataset.label, combo.attack.label,
-                         combo.level, combo.seed, cfg.hash(), cfg.hash(exclude=("seed",)), combo.name)
+        method = combo.method
+        spec = TrialSpec(cfg, suite.name, scale, method.label, combo.dataset.label, combo.attack.label,
+                         combo.level, combo.seed, cfg.hash(), cfg.hash(exclude=("seed",)), combo.name,
+                         method.group, method.select.by if method.group else "", method.variant)
         if spec.config_hash in seen:
             raise SuiteError(f"{suite.path}: {where}: same config as trial '{seen[spec.config_hash]}'; give the "
                              f"entries different settings or drop one")

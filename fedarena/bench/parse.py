@@ -6,14 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fedarena.bench.select import check_variant_labels, parse_select
 from fedarena.bench.suite import (
     LABEL,
     MATCH_KEYS,
     PATCH_KEYS,
     SCALE_KEYS,
     SCALES,
+    SUITE_DIR,
     SUITE_KEYS,
     Entry,
     Rule,
@@ -21,21 +21,49 @@ from fedarena.bench.suite import (
     Suite,
     SuiteError,
 )
-from fedarena.config import SECTIONS
+from fedarena.bench.validate import check_suite_entries
+from fedarena.config import SECTIONS, read_yaml_file
+from fedarena.params import ConfigError
+from fedarena.registry import Registry
 
 
 def read_suite(path: Path, check_names: bool = True) -> Suite:
     """Load the YAML safely, parse it, and (``check_names``) check it against the registries."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SuiteError(f"{path}: invalid YAML: {err}") from None
+        data = read_yaml_file(path)
+    except ConfigError as err:
+        raise SuiteError(str(err)) from None
     suite = parse_suite(data, path)
     if check_names:
-        from fedarena.bench.validate import check_suite_entries
-
         check_suite_entries(suite)
     return suite
+
+
+def _shipped() -> Registry[Path]:
+    registry: Registry[Path] = Registry("suite")
+    for path in sorted(SUITE_DIR.glob("*.yaml")):
+        registry.add(path.stem, path)
+    return registry
+
+
+SUITES = _shipped()
+
+
+def suite_path(ref: str | Path) -> Path:
+    """A shipped suite by name, or a YAML file by path."""
+    text = str(ref)
+    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
+        path = Path(text)
+        if not path.is_file():
+            raise SuiteError(f"{path}: suite file not found")
+        return path
+    return SUITES.get(text)
+
+
+def load_suite(ref: str | Path, check_names: bool = True) -> Suite:
+    """Read and parse a suite; ``check_names`` also checks every entry's registered names and
+    hyperparameters (``fedarena.bench.validate``)."""
+    return read_suite(suite_path(ref), check_names)
 
 
 class _Reader:
@@ -105,6 +133,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
     if name != path.stem:
         r.fail("name", f"the suite name {name!r} must equal the file name {path.stem!r}")
     methods = _entries(r, data["methods"], "methods", kind="method")
+    check_variant_labels(r, methods)
     attacks = _entries(r, data["attacks"], "attacks", kind="attack")
     labels = {"method": {e.label for e in methods}, "attack": {e.label for e in attacks}}
     scales_data = r.mapping(data["scales"], "scales", SCALES, required=SCALES)
@@ -120,7 +149,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
 
 def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]:
     entries, seen = [], set()
-    meta = {"method": ("label",), "attack": ("label", "levels"), "dataset": ("label", "levels")}[kind]
+    meta = {"method": ("label", "select"), "attack": ("label", "levels"), "dataset": ("label", "levels")}[kind]
     for i, item in enumerate(r.items(value, where)):
         at = f"{where}[{i}]"
         item = r.mapping(item, at, required=("label",) + (("attack", "levels") if kind == "attack" else ()))
@@ -137,6 +166,8 @@ def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]
             entries.append(Entry(label, patch, at, levels=r.levels(item["levels"], f"{at}.levels")))
         elif kind == "dataset":
             entries.append(Entry(label, patch, at, level_map=_level_map(r, item.get("levels"), f"{at}.levels")))
+        elif "select" in item:
+            entries.append(Entry(label, patch, at, select=parse_select(r, item["select"], f"{at}.select")))
         else:
             entries.append(Entry(label, patch, at))
     return tuple(entries)
@@ -168,7 +199,15 @@ def _scale(r: _Reader, value: Any, where: str, name: str, labels: dict[str, set]
         _attack_subset(r, data.get("attacks"), f"{where}.attacks", labels["attack"]),
         _rules(r, data.get("exclude"), f"{where}.exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), f"{where}.overrides", labels, with_patch=True),
+        _checkpoint_every(r, data.get("checkpoint_every"), f"{where}.checkpoint_every"),
     )  # fmt: skip
+
+
+def _checkpoint_every(r: _Reader, value: Any, where: str) -> int | None:
+    """Rounds between checkpoints of the scale's trials (0: only the final one); None: the runner's default."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        r.fail(where, f"expected a number of rounds >= 0 (0: no checkpoint before the end), got {value!r}")
+    return value
 
 
 def _known(r: _Reader, label: Any, known: set, where: str, kind: str) -> None:

@@ -13,7 +13,6 @@ finished trial. Do not run two benchmarks of one suite against one store at the 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ from pathlib import Path
 
 from fedarena.bench.callback import Planned, TrackingCallback
 from fedarena.bench.grid import TrialSpec, expand
+from fedarena.bench.parse import load_suite
 from fedarena.bench.progress import Printer
-from fedarena.bench.suite import load_suite
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
+from fedarena.datasets.fetch import info, info_text
 from fedarena.params import ConfigError
 from fedarena.simulation.runner import code_version
 from fedarena.tracking import RunStore, check_store, redact, suite_experiment, tracking_uri, version_tags
@@ -44,7 +44,7 @@ class BenchOptions:
     gpus_per_trial: float = 0.0
     max_concurrent: int | None = None
     max_failures: int = 2
-    checkpoint_every: int | None = None  # None: about ten checkpoints per trial
+    checkpoint_every: int | None = None  # None: the scale's, else about ten per trial; 0: only the final one
     storage: str | Path = "ray_results"  # a folder, or a URI Ray Tune understands (s3://...)
     tracking_uri: str | None = None
     num_cpus: int | None = None  # size of a local Ray instance (default: every core)
@@ -117,7 +117,6 @@ def _env(**values: str):
 
 def check_data(plan: dict[str, Planned]) -> None:
     """Every dataset the pending trials read is present here (local Ray), before any trial starts."""
-    from fedarena.datasets.fetch import info, info_text
 
     seen = set()
     for planned in plan.values():
@@ -127,7 +126,7 @@ def check_data(plan: dict[str, Planned]) -> None:
             continue
         seen.add(key)
         report = info(*key, verify=False)
-        if not (report["supported"] and report["complete"]):
+        if not report["complete"]:
             raise BenchError(f"trials of this benchmark need data that is not here:\n{info_text(*key, verify=False)}"
                              f"\n(or leave this dataset out: --dataset picks one dataset of the scale)")
 
@@ -165,21 +164,31 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
         for planned in plan.values():
             printer.emit(f"  {'resume' if planned.run_id else 'new   '} {planned.spec.name} [{planned.spec.config_hash}]")
     elif plan:
-        _execute(options, suite.name, store, plan, printer, summary)
+        scale_every = suite.scales[options.scale].checkpoint_every
+        _execute(options, suite.name, store, plan, printer, summary, scale_every)
     return summary
 
 
+def checkpoint_spacing(option: int | None, scale: int | None, rounds: int, eval_every: int) -> int:
+    """Rounds between a trial's checkpoints (0: only the final one): ``--checkpoint-every`` > the scale's
+    ``checkpoint_every`` > about ten per trial."""
+    for chosen in (option, scale):
+        if chosen is not None:
+            return chosen
+    return auto_checkpoint_every(rounds, eval_every)
+
+
 def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str, Planned], printer: Printer,
-             summary: BenchSummary) -> None:
+             summary: BenchSummary, scale_every: int | None = None) -> None:
     if not os.environ.get("RAY_ADDRESS"):  # on a cluster the data lives on the workers
         check_data(plan)
     callback = TrackingCallback(store, plan, version_tags(code_version()), printer)
-    logging.getLogger("ray.tune.logger.tensorboardx").setLevel(logging.WARNING)  # per-trial INFO noise
     with ray_session(options.num_cpus):
         check_resources(options.cpus_per_trial, options.gpus_per_trial)
-        tuner = _tuner(options, suite, plan, callback)
-        try:
-            with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0"):
+        tuner = _tuner(options, suite, plan, callback, scale_every)
+        try:  # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record
+            with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
+                      TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
                 tuner.fit()
         finally:
             summary.killed = callback.close_open_runs()
@@ -189,27 +198,34 @@ def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str,
                  f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
 
 
-def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback):
+def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback,
+           scale_every: int | None = None):
+    """One Tune trial per planned run. The trials' Tune configs hold only index, hash and name; the payloads
+    (configs) reach the trainable through Ray's object store, once (Tune copies and saves configs often)."""
     from ray import tune
 
-    payloads = []
+    payloads, keys = {}, []
     for index, planned in enumerate(plan.values()):
-        cfg = planned.spec.config
-        every = options.checkpoint_every or auto_checkpoint_every(cfg.rounds, cfg.eval_every)
-        payload = trial_payload(cfg, planned.spec.config_hash, planned.spec.name, checkpoint_every=every,
-                                resume_from=planned.resume_from, fail_once_at_round=options.fail_once_at_round)
-        payloads.append({**payload, "index": index})
+        cfg, spec = planned.spec.config, planned.spec
+        every = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
+        payloads[spec.config_hash] = trial_payload(
+            cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
+            fail_once_at_round=options.fail_once_at_round)
+        keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()
+    # Keeping one checkpoint per trial makes Tune snapshot its whole experiment state at every checkpoint
+    # (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
+    keep = 1 if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
     return tune.Tuner(
-        tune.with_resources(run_trial, resources),
-        param_space={"trial": tune.grid_search(payloads)},
+        tune.with_resources(tune.with_parameters(run_trial, payloads=payloads), resources),
+        param_space={"trial": tune.grid_search(keys)},
         tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(
             name=f"{suite}-{options.scale}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
             verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=options.max_failures),
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=keep)),
     )  # fmt: skip
 
 

@@ -11,6 +11,9 @@ one without a name sets keys inside it)::
     methods:                          # axis: label (the table row) + patch
       - {label: ditto, method: {name: ditto, dynamic_lam: true}}
       - {label: krum, aggregator: {name: krum}}
+      - label: fedmgda_plus             # one row, chosen per table column among variants (bench.select)
+        aggregator: {name: fedmgda_plus}
+        select: {by: val_acc_pooled, over: {aggregator.eps: [0.0, 0.1, 0.5, 1.0]}, scales: [paper]}
     attacks:                          # axis: label (clean|a1|...) + patch with an ``attack`` section + levels
       - {label: a1, attack: {name: a1}, levels: [0.2, 0.5, 0.8]}
     exclude: [{method: krum, level: 0.8}]            # combinations left out (labels / levels)
@@ -18,13 +21,18 @@ one without a name sets keys inside it)::
     scales:                           # smoke, quick and paper are all required
       quick:
         fixed: {patch}
-        datasets:                     # axis: label (the paper's dataset id) + patch with a ``dataset``
-          - {label: fmnist, dataset: {name: digits}, levels: {a3: [0.1]}}   # levels: per-dataset override
-        seeds: [0, 1]
+        datasets:                     # axis: label (the dataset run) + patch with a ``dataset``
+          - {label: digits, dataset: {name: digits}, levels: {a3: [0.1]}}   # levels: per-dataset override
+        seeds: [0, 1, 2]
+        checkpoint_every: 0           # optional: rounds between checkpoints (0: none; default ~10 per trial)
         methods: [global, ditto]      # optional subset of the method labels
         attacks: {clean: null, a1: [0.5]}   # optional subset; a list of levels overrides the suite's
         exclude: [...]                # optional, added to the suite's
         overrides: [...]
+
+A dataset label is the dataset run (``digits``), or a paper's dataset id for a paper's partition of that
+data (``fmnist`` for ``fmnist_fedtilt``); a label that names another dataset is an error
+(``fedarena.tracking.labels``).
 
 This module holds the suite's data model and the shipped suites (``SUITES``); ``parse`` reads the YAML
 (structure, labels, levels), ``validate`` checks every registered name and hyperparameter of every entry
@@ -43,11 +51,12 @@ from typing import Any
 
 from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
-from fedarena.registry import Registry
 
 SCALES = ("smoke", "quick", "paper")
 SUITE_KEYS = ("name", "description", "reference", "fixed", "methods", "attacks", "exclude", "overrides", "scales")
-SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides")
+SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides",
+              "checkpoint_every")
+SELECT_KEYS = ("by", "over", "scales")
 MATCH_KEYS = ("method", "attack", "dataset", "level")
 PATCH_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("seed", "device"))
 LABEL = re.compile(r"^[A-Za-z0-9_.+\-]+$")
@@ -59,15 +68,36 @@ class SuiteError(ConfigError):
 
 
 @dataclass(frozen=True)
+class Selection:
+    """A method entry's ``select``: at the ``scales`` listed, run one variant per combination of the ``over``
+    values (dotted config keys, e.g. ``aggregator.eps``); the leaderboards show, per table column, the
+    variant with the best mean ``by`` metric (e.g. ``val_acc_pooled``, benign validation accuracy)."""
+
+    by: str
+    over: tuple[tuple[str, tuple], ...]
+    scales: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Entry:
     """One value of an axis: its label, its config patch, where it is written, and (attacks) its levels;
-    ``level_map`` (datasets) overrides attack levels for that dataset."""
+    ``level_map`` (datasets) overrides attack levels for that dataset. A method entry may carry a
+    ``select``; each of its variants is an Entry whose ``group`` is the entry's label (the table row) and
+    whose ``variant`` says its values (``eps=0.5``)."""
 
     label: str
     patch: dict
     where: str
     levels: tuple[float, ...] = ()
     level_map: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    select: Selection | None = None
+    group: str = ""
+    variant: str = ""
+
+    @property
+    def row(self) -> str:
+        """The label rules and scale subsets name: the entry's own, or its group's for a variant."""
+        return self.group or self.label
 
 
 @dataclass(frozen=True)
@@ -99,6 +129,7 @@ class Scale:
     attacks: dict[str, tuple[float, ...] | None] | None  # label -> levels (None: the suite's)
     exclude: tuple[Rule, ...]
     overrides: tuple[Rule, ...]
+    checkpoint_every: int | None = None  # None: the runner's default
 
 
 @dataclass(frozen=True)
@@ -113,32 +144,3 @@ class Suite:
     exclude: tuple[Rule, ...]
     overrides: tuple[Rule, ...]
     scales: dict[str, Scale]
-
-
-def _shipped() -> Registry[Path]:
-    registry: Registry[Path] = Registry("suite")
-    for path in sorted(SUITE_DIR.glob("*.yaml")):
-        registry.add(path.stem, path)
-    return registry
-
-
-SUITES = _shipped()
-
-
-def suite_path(ref: str | Path) -> Path:
-    """A shipped suite by name, or a YAML file by path."""
-    text = str(ref)
-    if text.endswith((".yaml", ".yml")) or Path(text).is_file():
-        path = Path(text)
-        if not path.is_file():
-            raise SuiteError(f"{path}: suite file not found")
-        return path
-    return SUITES.get(text)
-
-
-def load_suite(ref: str | Path, check_names: bool = True) -> Suite:
-    """Read and parse a suite; ``check_names`` also checks every entry's registered names and
-    hyperparameters (``fedarena.bench.validate``)."""
-    from fedarena.bench.parse import read_suite
-
-    return read_suite(suite_path(ref), check_names)

@@ -1,10 +1,14 @@
 """The Ray Tune trainable: one federated run per trial, checkpointed every N rounds.
 
-``run_trial`` receives ``{"trial": payload}`` (see ``trial_payload``). It builds the trial, restores the
+``run_trial`` receives ``{"trial": {"index", "config_hash", "name"}}`` (the trial's Tune config, kept small:
+Tune copies and saves it often) and the payloads of every trial by config hash (see ``trial_payload``;
+passed with ``tune.with_parameters``, stored once in Ray's object store). It builds the trial, restores the
 latest state if there is one, runs the remaining rounds and reports to Ray Tune:
 
-- at every evaluation round: the engine's metrics (``evaluated: True``) with ``round``;
-- every ``checkpoint_every`` rounds: a checkpoint directory holding ``state.pt`` (``SimState.state_dict()``:
+- at every evaluation round: the engine's metrics (``evaluated: True``) with ``round``, unless
+  ``checkpoint_every`` is 0: trials too short to be worth resuming report only at their end (each report
+  waits for the driver; their evaluation rounds reach MLflow from the final ``result.json``);
+- every ``checkpoint_every`` rounds (if > 0): a checkpoint directory holding ``state.pt`` (``SimState.state_dict()``:
   round, global model, per-client state such as personal models, divergence, history). Every random draw
   of the engine is keyed by (seed, stream, round, client), so a restored run continues exactly as an
   uninterrupted one would;
@@ -24,16 +28,15 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch
 from ray import tune
 
 from fedarena.config import ExperimentConfig
-from fedarena.simulation.engine import SimState, simulate
-from fedarena.simulation.runner import result_record, write_result
+from fedarena.simulation.checkpoint import load_state, save_state
+from fedarena.simulation.engine import SimState
+from fedarena.simulation.runner import run_experiment, write_result
 from fedarena.simulation.setup import Trial, build_trial
 
-STATE_FILE, RESULT_FILE, CLIENTS_FILE = "state.pt", "result.json", "clients.csv"
-STATE_FORMAT = 1
+RESULT_FILE, CLIENTS_FILE = "result.json", "clients.csv"
 
 
 class InjectedFailure(RuntimeError):
@@ -52,19 +55,6 @@ def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
     """About ten checkpoints per trial, on evaluation rounds."""
     target = max(1, rounds // 10)
     return max(eval_every, (target // eval_every) * eval_every)
-
-
-def save_state(directory: Path, state: SimState, config_hash: str) -> None:
-    torch.save({"format": STATE_FORMAT, "config_hash": config_hash, "sim": state.state_dict()},
-               directory / STATE_FILE)
-
-
-def load_state(directory: Path, trial: Trial, config_hash: str) -> SimState:
-    data = torch.load(directory / STATE_FILE, map_location="cpu", weights_only=True)
-    if data.get("format") != STATE_FORMAT or data.get("config_hash") != config_hash:
-        raise RuntimeError(f"checkpoint {directory} belongs to config {data.get('config_hash')!r}, not "
-                           f"{config_hash!r} (or has an unknown format)")
-    return SimState.from_state_dict(data["sim"], trial.device)
 
 
 def write_final(directory: Path, result: dict) -> None:
@@ -87,11 +77,26 @@ def _restore_checkpoint(payload: dict) -> tune.Checkpoint | None:
 
 
 class Reporter:
-    """The ``on_round`` hook of ``simulate``: reports metrics and checkpoints to Ray Tune."""
+    """The ``on_round`` hook of ``simulate``: reports metrics and checkpoints to Ray Tune (evaluations only
+    when the trial checkpoints at all, ``checkpoint_every > 0``)."""
 
-    def __init__(self, trial: Trial, payload: dict, start_round: int):
+    def __init__(self, trial: Trial | None, payload: dict, start_round: int):
         self.trial, self.payload, self.start = trial, payload, start_round
         self.every = payload["checkpoint_every"]
+
+    def start_trial(self, trial: Trial) -> SimState | None:
+        """``run_experiment``'s start hook: check the trial is the driver's, and restore its latest state."""
+        if trial.cfg.hash() != self.payload["config_hash"]:
+            raise RuntimeError(f"trial {self.payload['name']!r}: the resolved config hashes to {trial.cfg.hash()}, "
+                               f"the driver expected {self.payload['config_hash']}")
+        self.trial = trial
+        checkpoint = _restore_checkpoint(self.payload)
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            state = load_state(Path(directory), trial, self.payload["config_hash"])
+        self.start = state.round
+        return state
 
     def base(self, round_idx: int) -> dict:
         return {"round": round_idx, "rounds": self.trial.cfg.rounds, "resumed_from_round": self.start,
@@ -102,7 +107,7 @@ class Reporter:
         if fail_at is not None and self.start == 0 and state.round == fail_at:
             raise InjectedFailure(f"injected failure at round {fail_at} (test hook fail_once_at_round)")
         checkpoint = self.every > 0 and state.round % self.every == 0 and state.round < self.trial.cfg.rounds
-        if metrics is None and not checkpoint:
+        if (metrics is None or self.every == 0) and not checkpoint:
             return
         result = {**self.base(state.round), "evaluated": metrics is not None, "done": False, **(metrics or {})}
         if not checkpoint:
@@ -117,23 +122,27 @@ class Reporter:
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(directory)))
 
 
-def run_trial(tune_config: dict) -> None:
-    """Ray Tune function trainable for one benchmark trial (see the module docstring)."""
-    payload = tune_config["trial"]
-    trial = build_trial(ExperimentConfig.from_dict(payload["config"]))
-    if trial.cfg.hash() != payload["config_hash"]:
-        raise RuntimeError(f"trial {payload['name']!r}: the resolved config hashes to {trial.cfg.hash()}, "
-                           f"the driver expected {payload['config_hash']}")
-    state = None
-    checkpoint = _restore_checkpoint(payload)
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            if os.path.exists(os.path.join(directory, RESULT_FILE)):  # finished; only the logging was lost
-                Reporter(trial, payload, trial.cfg.rounds).finish(trial.cfg.rounds, Path(directory))
-                return
-            state = load_state(Path(directory), trial, payload["config_hash"])
-    reporter = Reporter(trial, payload, state.round if state else 0)
-    state, counts = simulate(trial, state, reporter.on_round)
+def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
+    """Ray Tune function trainable for one benchmark trial (see the module docstring): ``run_experiment``,
+    as ``fedarena run``, with the Reporter restoring and reporting."""
+    payload = payloads[tune_config["trial"]["config_hash"]]
+    if _finished_checkpoint(payload):
+        return
+    reporter = Reporter(None, payload, 0)
+    result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round, reporter.start_trial)
     with tempfile.TemporaryDirectory(prefix="fedarena-final-") as tmp:
-        write_final(Path(tmp), result_record(trial, state, counts))
-        reporter.finish(state.round, Path(tmp))
+        write_final(Path(tmp), result)
+        reporter.finish(result["final"]["round"], Path(tmp))
+
+
+def _finished_checkpoint(payload: dict) -> bool:
+    """A finished trial whose logging alone was lost: report its final checkpoint again, without training."""
+    checkpoint = _restore_checkpoint(payload)
+    if checkpoint is None:
+        return False
+    with checkpoint.as_directory() as directory:
+        if not os.path.exists(os.path.join(directory, RESULT_FILE)):
+            return False
+        trial = build_trial(ExperimentConfig.from_dict(payload["config"]))
+        Reporter(trial, payload, trial.cfg.rounds).finish(trial.cfg.rounds, Path(directory))
+    return True

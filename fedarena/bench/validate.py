@@ -1,42 +1,25 @@
 """Checks of a suite against the registries, before Ray starts and without loading any data.
 
 - Entries: every component name (dataset, model, method, attack, aggregator) is registered and its
-  hyperparameters match the component's signature (``check_suite_entries``).
-- Trials: the merged config of every trial resolves (``resolve_config``), and its server rule is defined
-  for the trial's attack level (e.g. Krum needs 2f + 2 < n), where the number of clients is known from the
-  dataset options (``check_server_rule``, the same rule ``simulation.setup`` applies when it builds a trial).
+  hyperparameters match the component's signature, every variant of a ``select`` included, and a
+  ``select`` picks by a registered metric (``check_suite_entries``); a dataset label names the dataset run,
+  not another one (``check_dataset_labels``, rule in ``fedarena.tracking.labels``).
+- Trials: the merged config of every trial resolves and its server rule is defined for the trial's attack
+  level (``fedarena.sections``: ``resolve_config``, ``check_planned_server_rule``, the rules trial set-up
+  applies too).
 """
 
 from __future__ import annotations
 
-from fedarena.attacks.base import attack_params
+from fedarena.bench.select import all_variants
 from fedarena.bench.suite import Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
-from fedarena.datasets import dataset_options
-from fedarena.methods.aggregators import make_aggregator
-from fedarena.methods.base import METHODS, build_method
-from fedarena.models import MODELS
-from fedarena.params import ConfigError, resolve
+from fedarena.datasets import DATASETS
+from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
-from fedarena.simulation import setup  # importing it registers every component
-
-
-def check_section(section: str, data: dict) -> None:
-    """One named config section against its registry (raises UnknownNameError / ConfigError)."""
-    name, options = data["name"], {k: v for k, v in data.items() if k != "name"}
-    if section == "dataset":
-        dataset_options(name, options)
-    elif section == "model":
-        if name != "auto":
-            resolve("model", name, MODELS.get(name), options)
-        elif options:
-            raise ConfigError(f"model 'auto' takes no options; name the model to set {sorted(options)}")
-    elif section == "method":
-        resolve("method", name, METHODS.get(name), options)
-    elif section == "attack":
-        attack_params(data)
-    else:
-        make_aggregator(data, f=0)
+from fedarena.sections import check_section
+from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.tracking.labels import misnamed
 
 
 def check_patch(suite: Suite, where: str, patch: dict) -> None:
@@ -54,9 +37,32 @@ def check_patch(suite: Suite, where: str, patch: dict) -> None:
         raise SuiteError(f"{suite.path}: {where}: {err}") from None
 
 
+def check_dataset_labels(suite: Suite) -> None:
+    """A dataset label that is a dataset's name (or a paper's dataset id) is the dataset the entry runs."""
+    for scale in suite.scales.values():
+        for entry in scale.datasets:
+            name = entry.patch["dataset"]["name"]
+            if misnamed(entry.label, name, DATASETS.names()):
+                raise SuiteError(f"{suite.path}: {entry.where}.label: {entry.label!r} names another dataset than "
+                                 f"the one run ({name!r}); label the entry by the dataset it runs, e.g. "
+                                 f"`label: {name}`, so run names, tags, tables and figures say what ran")
+
+
+def check_selections(suite: Suite) -> None:
+    """Every ``select`` picks its variant by a registered metric (the leaderboards know its direction)."""
+    for entry in suite.methods:
+        if entry.select is not None and entry.select.by not in METRIC_DIRECTIONS:
+            raise SuiteError(f"{suite.path}: {entry.where}.select.by: unknown metric {entry.select.by!r}; "
+                             f"available: {', '.join(METRIC_DIRECTIONS)}")
+
+
 def check_suite_entries(suite: Suite) -> None:
-    """Every patch of the suite: fixed settings, axis entries of every scale, override rules."""
-    patches = [("fixed", suite.fixed)] + [(e.where, e.patch) for e in suite.methods + suite.attacks]
+    """Every patch of the suite: fixed settings, axis entries of every scale (every variant of a
+    ``select``), override rules; the dataset labels and the selections."""
+    check_dataset_labels(suite)
+    check_selections(suite)
+    methods = tuple(v for e in suite.methods for v in all_variants(e))
+    patches = [("fixed", suite.fixed)] + [(e.where, e.patch) for e in methods + suite.attacks]
     patches += [(rule.where + ".set", rule.patch) for rule in suite.overrides]
     for name, scale in suite.scales.items():
         patches.append((f"scales.{name}.fixed", scale.fixed))
@@ -64,19 +70,3 @@ def check_suite_entries(suite: Suite) -> None:
         patches += [(rule.where + ".set", rule.patch) for rule in scale.overrides]
     for where, patch in patches:
         check_patch(suite, where, patch)
-
-
-def check_server_rule(cfg: ExperimentConfig) -> None:
-    """The trial's method and aggregator fit together, and the aggregator is defined for the level (the rule
-    ``simulation.setup`` applies when it builds a trial). Datasets whose number of clients is only known from
-    the data (natural partitions) get their aggregator checked when the trial is built."""
-    method = build_method(cfg.method)
-    num_clients = cfg.dataset.get("num_clients")
-    if not isinstance(num_clients, int) or isinstance(num_clients, bool):
-        if not method.uses_aggregator:
-            setup.check_server_rule(cfg, method, 0, cfg.clients_per_round)
-        return
-    if cfg.clients_per_round > num_clients:
-        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
-    malicious = min(int(round(float(cfg.attack.get("level", 0.0)) * num_clients)), num_clients)
-    setup.check_server_rule(cfg, method, malicious, num_clients)

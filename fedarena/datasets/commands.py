@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import os
 
+from fedarena.datasets.fetch import fetch, info, info_text
+from fedarena.datasets.registry import DATASETS
+from fedarena.params import ConfigError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("data", help="download, verify and inspect datasets")
@@ -17,10 +21,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from fedarena.datasets import DATASETS
-    from fedarena.datasets.fetch import fetch, info, info_text
-    from fedarena.params import ConfigError
-
     if args.data_dir:  # an environment setting, not a config key: the data location is not part of a trial's identity
         os.environ["FEDARENA_DATA_DIR"] = args.data_dir
     if args.action == "list":

@@ -3,6 +3,9 @@
 ``build_leaderboards`` is what ``fedarena leaderboard`` / ``make leaderboards`` call. The pipeline
 is pure up to the writing (:func:`leaderboard_tables` takes the runs frame), so it is tested on
 hand-made frames; only :func:`build_leaderboards` talks to MLflow.
+
+Cells over several seeds show a 95% confidence interval by default (``ci=False``: means only), and the
+variants of a selected method (``bench.select``) become one row chosen per column (``selection``).
 """
 
 from __future__ import annotations
@@ -13,17 +16,20 @@ import pandas as pd
 
 from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
 from fedarena.leaderboards.figures import write_figures
-from fedarena.leaderboards.paper import is_paper_dataset, reproduction_table
+from fedarena.leaderboards.paper import reproduction_table
 from fedarena.leaderboards.reader import LeaderboardError, fill_hint, read_histories, read_runs
 from fedarena.leaderboards.render import FORMATS, render
+from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
 from fedarena.params import ConfigError
+from fedarena.tracking.labels import misnamed
 
 
 def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Finished runs of one scale, normalized and de-duplicated, with footnotes on what was left out."""
     finished, counts = split_status(runs)
+    relabelled = relabel_notes(finished)
     finished, chosen, other_scales = select_scale(normalize(finished), scale)
     finished, superseded = dedupe(finished)
     notes = [f"Scale: {chosen}."] if chosen else []
@@ -35,39 +41,41 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
         notes.append(f"{other_scales} run(s) at other scales than {chosen!r} are left out.")
     if superseded:
         notes.append(f"{superseded} earlier run(s) of a cell and seed were superseded by a re-run.")
-    notes += stand_in_notes(finished)
-    return finished, notes
+    return finished, notes + relabelled
 
 
-def stand_in_notes(runs: pd.DataFrame) -> list[str]:
-    """Say where a paper's dataset label was run on another dataset (e.g. digits for fmnist at the quick scale)."""
-    if "dataset.name" not in runs:
+def relabel_notes(runs: pd.DataFrame) -> list[str]:
+    """Say where runs were recorded under a label naming another dataset than the one they ran (older
+    versions labelled digits runs ``fmnist``): they are shown under the dataset really run."""
+    if "dataset.name" not in runs or "dataset_label" not in runs:
         return []
     notes = []
-    for label, names in runs.groupby("dataset_label")["dataset.name"]:
-        others = sorted(n for n in set(names.dropna().astype(str)) if not is_paper_dataset(label, n))
-        if others:
-            notes.append(f"Rows under {label} were run on {', '.join(others)}, a stand-in at this scale: "
-                         "not the paper's experiment, and left out of the reproduction view.")
+    pairs = runs[["dataset_label", "dataset.name"]].dropna().astype(str)
+    for (label, name), part in pairs.groupby(["dataset_label", "dataset.name"], sort=True):
+        if misnamed(label, name):
+            notes.append(f"{len(part)} run(s) recorded under the label {label} ran {name}: shown as {name}.")
     return notes
 
 
 def leaderboard_tables(
     runs: pd.DataFrame,
     *,
-    ci: bool = False,
+    ci: bool = True,
     scale: str | None = None,
     specs: tuple[TableSpec, ...] = SPECS,
     paper: pd.DataFrame | None = None,
 ) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
-    """(tables, aggregated cells, prepared runs) from a frame of runs; tables without data are skipped."""
+    """(tables, aggregated cells, prepared runs) from a frame of runs; tables without data are skipped.
+    The cells are those the tables show: a selected method's chosen variant under its group's label."""
     prepared, notes = prepare_runs(runs, scale)
     if prepared.empty:
         raise LeaderboardError(f"no finished runs to tabulate ({'; '.join(notes) or 'no runs'})")
-    cells = aggregate(prepared, ci=ci)
+    cells, variants, choices = select_variants(aggregate(prepared, ci=ci))
     tables = [t for spec in specs if (t := build_table(cells, spec, notes)) is not None]
+    for table in tables:  # where a selected row is shown, say which variant each column holds
+        table.footnotes += [note for group, note in choices if group in set(table.tidy["method_label"])]
     view = reproduction_table(cells, notes, paper)
-    return tables + ([view] if view is not None else []), cells, prepared
+    return tables + selection_tables(variants) + ([view] if view is not None else []), cells, prepared
 
 
 def write_tables(tables: list[Table], out_dir: Path, fmt: str) -> list[Path]:
@@ -84,7 +92,7 @@ def build_leaderboards(
     tracking_uri: str,
     out_dir: str,
     fmt: str,
-    ci: bool = False,
+    ci: bool = True,
     *,
     scale: str | None = None,
     figures: bool = True,
@@ -106,6 +114,7 @@ def build_leaderboards(
     out.mkdir(parents=True, exist_ok=True)
     paths = write_tables(tables, out, fmt)
     if figures:
-        history = read_histories(tracking_uri, list(prepared["run_id"]))
-        paths += write_figures(cells, prepared, history, out)
+        shown = chosen_runs(prepared, cells)
+        history = read_histories(tracking_uri, list(shown["run_id"]))
+        paths += write_figures(cells, shown, history, out)
     return paths

@@ -8,8 +8,12 @@ incomparable runs).
 
 Input: one row per MLflow run with the tracking schema's params, tags and final metrics (see
 ``reader.runs_frame``). Output of :func:`aggregate`: one row per position with the mean over seeds
-of every metric, optionally the half-width of a Student-t confidence interval, the seed count and
-the provenance verdict.
+of every metric, its standard deviation over seeds and (by default) the half-width of a Student-t
+confidence interval, the seed count and the provenance verdict.
+
+A run's ``dataset_label`` names the dataset it ran: a run recorded under a label that names another
+dataset (``fmnist`` on ``digits``, as older versions labelled the quick scale) is shown under the
+dataset really run (``tracking.labels``).
 """
 
 from __future__ import annotations
@@ -19,12 +23,18 @@ import pandas as pd
 from scipy import stats
 
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.tracking.labels import shown_label
 
 POSITION = ("dataset_label", "method_label", "attack_label", "level")
 
 # The engine's metric registry says which direction is better; ``diverged`` is a flag, not a table value.
 HIGHER_IS_BETTER = {name: higher for name, higher in METRIC_DIRECTIONS.items() if name != "diverged"}
 METRICS = tuple(HIGHER_IS_BETTER)
+# Per-run differences averaged like metrics: Ditto's bold criterion "mean - std" (its spread over seeds
+# is what a significance test of that criterion needs).
+DERIVED = {"acc_pooled_minus_std": ("acc_pooled", "acc_std")}
+# Tags of a selected method's variants (``bench.select``), carried to the cells.
+SELECT_COLUMNS = ("select_group", "select_by", "variant")
 
 # Provenance columns that must agree across the runs of one cell, with the words used in notes.
 PROVENANCE = {
@@ -52,6 +62,9 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
         elif param in out:
             out[label] = out[label].fillna(out[param])
     out["attack_label"] = out["attack_label"].replace({"none": "clean"})
+    if "dataset.name" in out:
+        names = out["dataset.name"].fillna(out["dataset_label"]).astype(str)
+        out["dataset_label"] = [shown_label(str(lb), n) for lb, n in zip(out["dataset_label"], names, strict=True)]
     level = out["level"] if "level" in out else pd.Series(np.nan, index=out.index)
     if "attack.level" in out:
         level = level.fillna(out["attack.level"])
@@ -146,31 +159,51 @@ def conflicts(group: pd.DataFrame, keys: tuple[str, ...] = tuple(PROVENANCE)) ->
 def aggregate(
     runs: pd.DataFrame,
     *,
-    ci: bool = False,
+    ci: bool = True,
     confidence: float = 0.95,
     provenance: tuple[str, ...] = tuple(PROVENANCE),
 ) -> pd.DataFrame:
-    """One row per position: mean over seeds of every metric (and ``<metric>_ci`` when ``ci``);
-    a metric no run logged is NaN.
+    """One row per position: mean over seeds of every metric (and of ``DERIVED``), ``<metric>_sd`` (sample
+    std over seeds, NaN with one seed) and, when ``ci``, ``<metric>_ci``; a metric no run logged is NaN.
 
     Columns added: ``n_seeds``, ``diverged`` (any seed diverged), ``mixed`` (runs incomparable; metric
-    values are then NaN), ``note`` (what disagrees) and ``dataset_names`` (the datasets really run). ``runs`` must be normalized finished runs.
+    values are then NaN), ``note`` (what disagrees), ``dataset_names`` (the datasets really run) and
+    ``SELECT_COLUMNS`` (empty for methods that are no variant). ``runs`` must be normalized finished runs.
     """
+    runs = _with_derived(runs)
+    values_of = (*METRICS, *DERIVED)
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
         row = dict(zip(POSITION, key, strict=True))
         note = conflicts(group, provenance)
         row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note,
-                   dataset_names=_names(group))
-        for metric in METRICS:
+                   dataset_names=_names(group), **_select_tags(group))
+        for metric in values_of:
             values = group[metric].to_numpy(dtype=float) if metric in group else np.full(len(group), np.nan)
             row[metric] = np.nan if note else _mean(values)
+            row[f"{metric}_sd"] = np.nan if note else _sd(values)
             if ci:
                 row[f"{metric}_ci"] = np.nan if note else t_halfwidth(values, confidence)
         rows.append(row)
-    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *METRICS]
-    columns += [f"{m}_ci" for m in METRICS] if ci else []
+    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *SELECT_COLUMNS, *values_of]
+    columns += [f"{m}_sd" for m in values_of] + ([f"{m}_ci" for m in values_of] if ci else [])
     return pd.DataFrame(rows, columns=columns)
+
+
+def _with_derived(runs: pd.DataFrame) -> pd.DataFrame:
+    out = runs.copy()
+    for name, (left, right) in DERIVED.items():
+        out[name] = (out[left] - out[right]) if left in out and right in out else np.nan
+    return out
+
+
+def _select_tags(group: pd.DataFrame) -> dict[str, str]:
+    """The variant tags of a cell's runs ('' where absent; one method label has one variant)."""
+    tags = {}
+    for column in SELECT_COLUMNS:
+        values = group[column].dropna().astype(str) if column in group else pd.Series(dtype=str)
+        tags[column] = values.iloc[0] if len(values) else ""
+    return tags
 
 
 def _names(group: pd.DataFrame) -> str:
@@ -183,3 +216,8 @@ def _names(group: pd.DataFrame) -> str:
 def _mean(values: np.ndarray) -> float:
     values = values[~np.isnan(values)]
     return float(values.mean()) if len(values) else float("nan")
+
+
+def _sd(values: np.ndarray) -> float:
+    values = values[~np.isnan(values)]
+    return float(values.std(ddof=1)) if len(values) >= 2 else float("nan")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("leaderboard", help="build Table 1/2/3-style leaderboards from the MLflow store")
@@ -10,7 +12,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="leaderboards", help="output directory")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
     p.add_argument("--scale", choices=("smoke", "quick", "paper"), help="only runs of this scale")
-    p.add_argument("--ci", action="store_true", help="show 95%% confidence intervals over seeds")
+    p.add_argument("--no-ci", action="store_true",
+                   help="means only (default: mean ± 95%% confidence interval over seeds where a cell has >= 2)")
+    p.add_argument("--ci", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
     p.add_argument("--no-figures", action="store_true", help="tables only")
     p.set_defaults(func=run)
 
@@ -20,7 +24,7 @@ def run(args) -> int:
     from fedarena.tracking.store import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
-    paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=args.ci, scale=args.scale,
+    paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=not args.no_ci, scale=args.scale,
                                figures=not args.no_figures)
     for path in paths:
         print(path)

@@ -174,7 +174,7 @@ def write_figures(
 
 
 def _run_on(cells: pd.DataFrame, dataset: str) -> str:
-    """The dataset label, with the dataset really run when it is a stand-in ("fmnist (run on digits)")."""
+    """The dataset label, with the dataset really run when the label names none ("my_mix (run on digits)")."""
     names = cells.loc[cells["dataset_label"] == dataset, "dataset_names"] if "dataset_names" in cells else []
     used = sorted({n for joined in names for n in str(joined).split(",") if n and n != dataset})
     return f"{dataset} (run on {', '.join(used)})" if used else str(dataset)

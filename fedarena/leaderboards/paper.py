@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
+from fedarena.tracking.labels import PAPER_DATASETS, runs_the_named_dataset
 
 METHOD_ALIASES = {"plain_finetuning": "finetuning", "per_fedavg_hf": "per_fedavg"}
 PAPER_METRICS = {
@@ -63,8 +64,8 @@ def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:
 
 def is_paper_dataset(label: str, name: str) -> bool:
     """Whether a run on registered dataset ``name`` is the paper's experiment for dataset ``label``
-    (fmnist and its FedTilt partition fmnist_fedtilt are; digits standing in for fmnist is not)."""
-    return name in (label, f"{label}_fedtilt")
+    (fmnist and its FedTilt partition fmnist_fedtilt are; digits is not, whatever its label)."""
+    return label in PAPER_DATASETS and runs_the_named_dataset(label, name)
 
 
 def on_paper_datasets(cells: pd.DataFrame) -> pd.Series:
@@ -75,8 +76,8 @@ def on_paper_datasets(cells: pd.DataFrame) -> pd.Series:
 
 
 def reproduction(cells: pd.DataFrame, paper: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Our aggregated cells beside the paper's, for every cell both have; diff = ours - paper. Cells run
-    on a stand-in dataset (e.g. digits for fmnist at the quick scale) are not compared."""
+    """Our aggregated cells beside the paper's, for every cell both have; diff = ours - paper. Only cells
+    run on a paper's dataset are compared (never digits, whatever a store's label says)."""
     paper = load_paper_tables() if paper is None else paper
     cells = cells[on_paper_datasets(cells)]
     parts = []

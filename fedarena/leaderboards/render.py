@@ -32,6 +32,7 @@ LATEX_SPECIAL = {
     "μ": r"$\mu$",
     "±": r"$\pm$",
     "†": r"$^\dagger$",
+    "‡": r"$^\ddagger$",
     "–": "--",
 }
 

@@ -10,6 +10,13 @@ persistent Gaussian noise.
 
 "mean" is ``acc_pooled`` (benign pooled test accuracy) and "std" is ``acc_std`` (std of the
 per-device accuracies over benign devices), each averaged over the seeds of a cell.
+
+Uncertainty over seeds: a cell with several seeds shows ``mean±h`` where h is the half-width of the 95%
+Student-t confidence interval of the mean over seeds (``.842±.012 (.05)``: mean ± h, then the std across
+devices); a cell without ± has one seed, a cell over fewer seeds than the table's most says ``[n=2]``.
+Each column's bold entry is tested against the runner-up (Welch's t-test on the per-seed scores,
+``significance``); ``‡`` marks a bold entry that is not significantly better, and a note names the
+runner-up.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION
-from fedarena.leaderboards.tables import MISSING, Table, label, pivot, setting_label
+from fedarena.leaderboards.significance import ALPHA, NOT_SIGNIFICANT
+from fedarena.leaderboards.tables import MISSING, Block, Table, label, pivot, setting_label
 
 DITTO_ATTACKS = ("clean", "a1", "a2", "a3")
 PERSONALIZED = ("finetuning", "l2sgd", "ewc", "skl", "per_fedavg", "mapper", "apfl")
@@ -112,48 +120,69 @@ def fraction(x: float, digits: int) -> str:
     return text[1:] if text.startswith("0.") else text
 
 
-def _mean_std(row, value: str) -> tuple[str, float]:
+def _plus_minus(ci: float, scale: float, digits: int, fraction_style: bool) -> str:
+    if not np.isfinite(ci):
+        return ""
+    return "±" + (fraction(ci, digits) if fraction_style else f"{scale * ci:.{digits}f}")
+
+
+def _seed_mark(n: int, most: int) -> str:
+    """``[n=k]`` for a cell over several seeds but fewer than the table's most (one seed: no ±)."""
+    return f" [n={n}]" if 2 <= n < most else ""
+
+
+def _mean_std(row, value: str, most: int) -> tuple[str, float, float]:
+    """(text, score, std of the score over seeds) of one cell."""
     if row.mixed:
-        return "mixed", np.nan
+        return "mixed", np.nan, np.nan
     ci = getattr(row, "acc_pooled_ci", np.nan)
-    text = fraction(row.acc_pooled, 3) + (f"±{fraction(ci, 3)}" if np.isfinite(ci) else "")
-    score = row.acc_pooled
+    text = fraction(row.acc_pooled, 3) + _plus_minus(ci, 1.0, 3, True)
+    score, spread = row.acc_pooled, getattr(row, "acc_pooled_sd", np.nan)
     if value == "mean_std":
         text += f" ({fraction(row.acc_std, 2)})"
-        score = row.acc_pooled - row.acc_std
-    return text + ("†" if row.diverged else ""), score
+        score, spread = row.acc_pooled - row.acc_std, getattr(row, "acc_pooled_minus_std_sd", np.nan)
+    if np.isfinite(ci):
+        text += _seed_mark(row.n_seeds, most)
+    return text + ("†" if row.diverged else ""), score, spread
 
 
-def _metric_rows(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
+def _metric_cell(row, metric: str, most: int) -> tuple[str, float, float]:
+    value = getattr(row, metric, np.nan)
+    if row.mixed:
+        return "mixed", np.nan, np.nan
+    if not np.isfinite(value):
+        return MISSING, np.nan, np.nan
+    ci = getattr(row, f"{metric}_ci", np.nan)
+    text = f"{100 * value:.2f}" + _plus_minus(ci, 100.0, 2, False)
+    text += (_seed_mark(row.n_seeds, most) if np.isfinite(ci) else "") + ("†" if row.diverged else "")
+    return text, (value if HIGHER_IS_BETTER[metric] else -value), getattr(row, f"{metric}_sd", np.nan)
+
+
+def _metric_rows(selected: pd.DataFrame, spec: TableSpec, most: int) -> pd.DataFrame:
     rows = []
     for row in selected.itertuples(index=False):
         for metric, head in spec.metrics:
-            value = getattr(row, metric, np.nan)
-            ci = getattr(row, f"{metric}_ci", np.nan)
-            if row.mixed:
-                text, score = "mixed", np.nan
-            elif not np.isfinite(value):
-                text, score = MISSING, np.nan
-            else:
-                text = f"{100 * value:.2f}" + (f"±{100 * ci:.2f}" if np.isfinite(ci) else "")
-                text += "†" if row.diverged else ""
-                score = value if HIGHER_IS_BETTER[metric] else -value
-            rows.append(
-                {**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score}
-            )
+            text, score, spread = _metric_cell(row, metric, most)
+            rows.append({**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score,
+                         "score_sd": spread, "n_seeds": row.n_seeds})
     return pd.DataFrame(rows)
 
 
+def _most_seeds(selected: pd.DataFrame) -> int:
+    seeds = selected.loc[~selected["mixed"], "n_seeds"]
+    return int(seeds.max()) if len(seeds) else 0
+
+
 def display_frame(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
-    """The selected cells with the ``text`` and bold ``score`` the pivot needs."""
+    """The selected cells with the ``text``, bold ``score`` and ``score_sd`` (its std over seeds) the pivot
+    needs."""
+    most = _most_seeds(selected)
     if spec.value == "metrics":
-        frame = _metric_rows(selected, spec)
+        frame = _metric_rows(selected, spec, most)
     else:
         frame = selected.copy()
-        texts, scores = zip(
-            *(_mean_std(r, spec.value) for r in selected.itertuples(index=False)), strict=True
-        )
-        frame["text"], frame["score"] = list(texts), list(scores)
+        cells = [_mean_std(r, spec.value, most) for r in selected.itertuples(index=False)]
+        frame["text"], frame["score"], frame["score_sd"] = (list(part) for part in zip(*cells, strict=True))
     if spec.bold is None:
         frame["score"] = np.nan
     return frame
@@ -178,8 +207,9 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
                    row_order=order, column_order=metric_order)  # fmt: skip
     for key, block in blocks:
         block.title = block_title(spec.block_by, key)
-    notes = table_notes(selected, spec) + list(footnotes or [])
-    return Table(spec.name, spec.title, [b for _, b in blocks], notes, selected.reset_index(drop=True))
+    shown = [b for _, b in blocks]
+    notes = table_notes(selected, spec) + significance_notes(shown, spec) + list(footnotes or [])
+    return Table(spec.name, spec.title, shown, notes, selected.reset_index(drop=True))
 
 
 def table_notes(selected: pd.DataFrame, spec: TableSpec) -> list[str]:
@@ -195,10 +225,31 @@ def table_notes(selected: pd.DataFrame, spec: TableSpec) -> list[str]:
         span = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
         notes.append(f"Each cell is the mean over {span} seed(s).")
     if "acc_pooled_ci" in selected:
-        notes.append("±: half-width of the 95% Student-t interval over seeds (none with a single seed).")
+        device_std = " Parentheses: the std of the accuracy across benign devices." if spec.value == "mean_std" else ""
+        notes.append("±: half-width of the 95% Student-t confidence interval of the mean over seeds (a cell "
+                     "without ± has one seed)." + device_std)
+        if len(seeds) and seeds.min() != seeds.max() and seeds.max() > 2:
+            notes.append("[n=k]: a cell over k seeds, fewer than the table's most.")
     if selected["diverged"].any():
         notes.append("†: at least one seed diverged.")
     for row in selected[selected["mixed"]].itertuples(index=False):
         where = f"{row.dataset_label} / {row.method_label} / {setting_label(row.attack_label, row.level)}"
         notes.append(f"mixed at {where}: runs not averaged, they differ in {row.note}.")
+    return notes
+
+
+def significance_notes(blocks: list[Block], spec: TableSpec) -> list[str]:
+    """How bold entries were tested, and each column where the bold entry is not significantly better."""
+    verdicts = [(block.title, column, v) for block in blocks for column, v in block.verdicts]
+    if spec.bold is None or not verdicts:
+        return []
+    notes = [f"Significance: each column's bold entry against the runner-up, Welch's t-test on the per-seed "
+             f"scores (p < {ALPHA:g}); {NOT_SIGNIFICANT}: not significantly better."]
+    if any(not v.tested for _, _, v in verdicts):
+        notes.append("Columns where the best or the runner-up has a single seed are not tested.")
+    for title, column, v in verdicts:
+        if v.tested and not v.significant:
+            where = " ".join(t for t in (title, column) if t)
+            notes.append(f"{NOT_SIGNIFICANT} {where}: {v.best} is not significantly better than {v.runner_up} "
+                         f"(p = {v.p:.2f}).")
     return notes

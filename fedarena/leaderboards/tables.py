@@ -3,7 +3,9 @@
 A :class:`Table` is a list of blocks (the papers stack one block per dataset, each with its own
 header: FEMNIST's A3 levels differ from Fashion-MNIST's). A block has an optional group header row
 (e.g. "A1" spanning 20% / 50% / 80%), a header row, and rows of text cells, some in bold. Renderers
-(``render.py``) turn it into LaTeX, Markdown or HTML; the tidy numbers behind it go to CSV.
+(``render.py``) turn it into LaTeX, Markdown or HTML; the tidy numbers behind it go to CSV. Where the
+frame gives each score's spread over seeds, every column's bold entry is tested against its runner-up
+(``significance``) and marked when the ordering is not significant.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from fedarena.leaderboards.significance import NOT_SIGNIFICANT, Scored, Verdict, column_verdict
 
 MISSING = "–"
 
@@ -45,7 +49,8 @@ class Cell:
 class Block:
     """``header`` names every column (``stub`` label columns first); ``groups`` spans the value columns.
 
-    ``title`` (e.g. the dataset) sits in the top-left corner, as in the papers' tables.
+    ``title`` (e.g. the dataset) sits in the top-left corner, as in the papers' tables. ``verdicts``: the
+    significance of each column's bold entry, by column label (e.g. "A1 50%").
     """
 
     header: list[str]
@@ -53,6 +58,7 @@ class Block:
     groups: list[tuple[str, int]] = field(default_factory=list)
     stub: int = 1
     title: str = ""
+    verdicts: list[tuple[str, Verdict]] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +127,9 @@ def pivot(
     """Blocks of a table from a frame with the key columns plus ``text`` and ``score``.
 
     In every column of a block, the cells with the highest finite ``score`` are bold (ties: all of
-    them). Rows are ``row_order`` (or every row key, sorted) restricted to rows with a cell in the
+    them). With ``score_sd`` and ``n_seeds`` columns (the score's std over seeds, the seed count) the
+    bold entry is tested against the runner-up; a tested ordering that is not significant appends
+    ``NOT_SIGNIFICANT`` to the bold text. Rows are ``row_order`` (or every row key, sorted) restricted to rows with a cell in the
     block; absent cells read ``MISSING``. ``column_order`` maps a value to its rank for keys whose
     order is the spec's (e.g. metric columns).
     """
@@ -148,15 +156,32 @@ def _block(part, row_key, column_by, row_order, stub_label, column_order) -> Blo
         rows = [r for r in row_order if r in present]
     by_pos = {(getattr(r, row_key), tuple(getattr(r, k) for k in column_by)): r for r in part.itertuples()}
     bold = _bold(by_pos)
+    verdicts = _verdicts(by_pos, rows, columns) if "score_sd" in part else {}
     body = []
     for row in rows:
         cells = [Cell(label(row_key, row))]
         for col in columns:
             hit = by_pos.get((row, col))
-            cells.append(Cell(hit.text if hit is not None else MISSING, (row, col) in bold))
+            text = hit.text if hit is not None else MISSING
+            doubtful = (row, col) in bold and col in verdicts and verdicts[col].tested and not verdicts[col].significant
+            cells.append(Cell(text + (NOT_SIGNIFICANT if doubtful else ""), (row, col) in bold))
         body.append(cells)
     heads = [column_labels(column_by, c) for c in columns]
-    return Block(header=[stub_label] + [s for _, s in heads], rows=body, groups=_spans([g for g, _ in heads]))
+    named = [(" ".join(p for p in heads[i] if p), verdicts[c]) for i, c in enumerate(columns) if c in verdicts]
+    return Block(header=[stub_label] + [s for _, s in heads], rows=body, groups=_spans([g for g, _ in heads]),
+                 verdicts=named)
+
+
+def _verdicts(by_pos: dict, rows: list, columns: list) -> dict[tuple, Verdict]:
+    """The significance verdict of every column with at least two scored entries (entries in row order,
+    so a tie names the first row shown as the best)."""
+    out = {}
+    for col in columns:
+        hits = [(row, by_pos[(row, col)]) for row in rows if (row, col) in by_pos]
+        verdict = column_verdict([Scored(str(row), r.score, r.score_sd, int(r.n_seeds)) for row, r in hits])
+        if verdict is not None:
+            out[col] = verdict
+    return out
 
 
 def _bold(by_pos: dict) -> set:

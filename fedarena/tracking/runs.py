@@ -5,9 +5,13 @@
   ``attack.level``, ``seed``, ``rounds``...), values as strings (containers as JSON), at most
   ``PARAM_MAX`` characters (the full config is the artifact ``config.json``).
 - Tags: ``TAGS`` below; ``level`` is the attack level as a fraction string, ``diverged`` is
-  ``"true"``/``"false"``, labels are the suite's row/column labels.
-- Metrics: ``METRICS`` at every evaluation round, ``step = round``; NaN values are not logged
-  (e.g. ``acc_malicious`` without malicious clients).
+  ``"true"``/``"false"``, labels are the suite's row/column labels (``dataset_label`` names the dataset
+  really run, see ``tracking.labels``). A run of one variant of a selected method (a suite entry with
+  ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
+  and ``variant`` (e.g. ``aggregator.eps=0.5``).
+- Metrics: ``METRICS`` (every metric the engine registers, ``simulation.metrics``) at every evaluation
+  round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients).
+  The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end).
 - Artifacts: ``config.json`` (at the start), ``result.json`` and ``clients.csv`` (the per-client table
   of the last evaluation) at the end. Status: FINISHED, FAILED or KILLED (interrupted).
 """
@@ -25,16 +29,20 @@ from typing import Any
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
-METRICS = ("acc_pooled", "acc_mean", "acc_std", "acc_worst10", "class_std_mean", "class_std_std",
-           "acc_malicious", "loss_mean", "diverged")
+from fedarena.simulation.metrics import METRIC_DIRECTIONS
+
+HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
+METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))
 TAGS = ("config_hash", "cell_hash", "suite", "scale", "dataset_fingerprint", "git_sha", "fedarena_version",
-        "torch_version", "method_label", "dataset_label", "attack_label", "level", "diverged", "dataset_name")
+        "torch_version", "method_label", "dataset_label", "attack_label", "level", "diverged", "dataset_name",
+        "select_group", "select_by", "variant")
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
 CHECKPOINT, CHECKPOINT_ROUND, RESUMED_FROM, FAILURES, ERROR = (
     "checkpoint", "checkpoint_round", "resumed_from_round", "num_failures", "error")
 PARAM_MAX = 500  # older MLflow servers reject longer param values
 TAG_MAX = 5000
 BATCH = 100  # MLflow's limit of params / tags per log_batch call
+METRIC_BATCH = 900  # below MLflow's limit of 1000 entries (metrics + tags) per log_batch call
 FINISHED, FAILED, KILLED, RUNNING = "FINISHED", "FAILED", "KILLED", "RUNNING"
 
 
@@ -52,7 +60,7 @@ def run_params(flat_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_name(method_label: str, dataset_label: str, attack_label: str, level: float, seed: int) -> str:
-    """Readable run (and Ray trial) name, e.g. ``ditto fmnist a1@0.5 s0`` or ``global fmnist clean s1``;
+    """Readable run (and Ray trial) name, e.g. ``ditto digits a1@0.5 s0`` or ``global fmnist clean s1``;
     the config hash, not this, is the run's identity."""
     setting = f"{attack_label}@{level:g}" if level > 0 else attack_label
     return f"{method_label} {dataset_label} {setting} s{seed}"
@@ -88,26 +96,36 @@ class RunStore:
         if ERROR in self.client.get_run(run_id).data.tags:
             self.client.delete_tag(run_id, ERROR)
         self.client.update_run(run_id, status=RUNNING)
-        history = self.client.get_metric_history(run_id, METRICS[0])
+        history = self.client.get_metric_history(run_id, HISTORY_METRIC)
         return max((m.step for m in history), default=0)
 
     def log_round(self, run_id: str, round_idx: int, metrics: Mapping[str, float]) -> None:
+        self.log_rounds(run_id, {round_idx: metrics})
+
+    def log_rounds(self, run_id: str, rounds: Mapping[int, Mapping[str, float]],
+                   tags: Mapping[str, Any] | None = None) -> None:
+        """The metrics of several evaluation rounds (``{round: metrics}``) and some tags, in as few
+        ``log_batch`` calls as MLflow's limits allow."""
         now = int(time.time() * 1000)
-        entries = [Metric(key, float(metrics[key]), now, round_idx) for key in METRICS
-                   if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
-        if entries:
-            self.client.log_batch(run_id, metrics=entries)
+        entries = [metric for round_idx, metrics in sorted(rounds.items())
+                   for metric in _metric_entries(metrics, round_idx, now)]
+        items = [RunTag(k, _tag(v)) for k, v in (tags or {}).items()]
+        while entries or items:
+            self.client.log_batch(run_id, metrics=entries[:METRIC_BATCH], tags=items[:BATCH])
+            entries, items = entries[METRIC_BATCH:], items[BATCH:]
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         items = [RunTag(k, _tag(v)) for k, v in tags.items()]
         for start in range(0, len(items), BATCH):
             self.client.log_batch(run_id, tags=items[start : start + BATCH])
 
-    def finish(self, run_id: str, status: str, files: Iterable[Path] = (), tags: Mapping[str, Any] | None = None):
+    def finish(self, run_id: str, status: str, files: Iterable[Path] = (), tags: Mapping[str, Any] | None = None,
+               rounds: Mapping[int, Mapping[str, float]] | None = None):
+        """Close a run: its artifacts, the metrics of rounds not logged yet and its last tags, then the status."""
         for path in files:
             self.client.log_artifact(run_id, str(path))
-        if tags:
-            self.set_tags(run_id, tags)
+        if tags or rounds:
+            self.log_rounds(run_id, rounds or {}, tags)
         self.client.set_terminated(run_id, status)
 
     def runs_by_hash(self) -> dict[str, list[RunSummary]]:
@@ -130,6 +148,12 @@ class RunStore:
             token = page.token
             if not token:
                 return runs
+
+
+def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
+    """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics)."""
+    return [Metric(key, float(metrics[key]), now, round_idx) for key in METRICS
+            if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
 
 
 def _tag(value: Any) -> str:

@@ -1,0 +1,87 @@
+"""The package's structure: imports run one way (down the layers of CONTRIBUTING.md), with no cycle, and
+no function-local import of the package's own modules except the CLI's lazy loading of its subcommands."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "fedarena"
+LAYERS = [  # lowest first; a module may import its own package and anything in a lower layer
+    {"registry", "params"},
+    {"config", "datasets", "models"},
+    {"methods", "attacks"},
+    {"sections"},
+    {"simulation"},
+    {"tracking"},  # logs the engine's registered metrics
+    {"bench", "leaderboards", "perf", "perf_paper", "examples"},
+    {"commands", "cli"},
+]
+LAZY_CLI = {"bench/commands.py", "leaderboards/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def part(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def layer(module: str) -> int:
+    return next(i for i, names in enumerate(LAYERS) if part(module) in names)
+
+
+def imports(path: Path) -> tuple[set[str], set[str]]:
+    """(fedarena modules imported at module level, fedarena modules imported inside functions)."""
+    top, local = set(), set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fedarena"):
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("fedarena")]
+        found = {n for n in names if n in MODULES}
+        (top if node in tree.body else local).update(found)
+    return top, local
+
+
+FILES = sorted(p for p in ROOT.rglob("*.py"))
+MODULES = {module_name(p) for p in FILES}
+GRAPH = {module_name(p): imports(p) for p in FILES}
+
+
+def test_every_package_is_in_a_layer():
+    assert {part(m) for m in MODULES if m != "fedarena"} <= set().union(*LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m != "fedarena"))
+def test_imports_run_down_the_layers(module):
+    upward = [t for t in GRAPH[module][0] | GRAPH[module][1]
+              if t != "fedarena" and part(t) != part(module) and layer(t) > layer(module)]
+    assert not upward, f"{module} imports from a higher layer: {upward}"
+
+
+def test_no_import_cycle_between_modules():
+    edges = {m: {t for t in top if t != m and t != "fedarena"} for m, (top, _) in GRAPH.items()}
+    state = {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in edges.get(node, ()):
+            if state.get(nxt) == "open":
+                raise AssertionError(f"import cycle: {' -> '.join(trail + [nxt])}")
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_function_local_imports_of_the_package_are_only_the_clis_lazy_ones():
+    local = {str(p.relative_to(ROOT)) for p in FILES if GRAPH[module_name(p)][1]}
+    assert local <= LAZY_CLI, sorted(local - LAZY_CLI)
