@@ -22,6 +22,7 @@ from fedarena.params import ConfigError
 SECTIONS = ("dataset", "model", "method", "attack", "aggregator")
 BACKENDS = ("sequential", "batched")
 SAMPLINGS = ("proportional", "uniform")
+SCALES = ("smoke", "quick", "paper")  # a suite's scales, from the least to the most thorough
 ON_DIVERGENCE = ("stop", "continue")
 
 

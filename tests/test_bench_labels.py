@@ -8,7 +8,8 @@ import yaml
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import expand
 from fedarena.bench.parse import SUITES, load_suite
-from fedarena.bench.suite import SCALES, SuiteError
+from fedarena.bench.suite import SuiteError
+from fedarena.config import SCALES
 from fedarena.datasets import DATASETS
 from fedarena.tracking.labels import misnamed, shown_label
 

@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 
+from fedarena.config import SCALES
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
 def _add_run_parser(bench_sub) -> None:
     p = bench_sub.add_parser("run", help="run a suite (finished trials are skipped, interrupted ones resumed)")
     p.add_argument("suite", help="a shipped suite name (see `fedarena bench list`) or a YAML file")
-    p.add_argument("--scale", choices=("smoke", "quick", "paper"), default="quick")
+    p.add_argument("--scale", choices=SCALES, default="quick")
     p.add_argument("--dataset", help="only this dataset of the scale (label or name), or run the grid on "
                                      "another registered dataset")
     p.add_argument("--seeds", type=_seeds, help="comma-separated seeds replacing the scale's, e.g. 0,1,2")
@@ -76,7 +77,6 @@ def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[
     """(name, trials per scale, reference, problems) for every shipped suite."""
     from fedarena.bench.grid import count_trials, expand
     from fedarena.bench.parse import SUITES, load_suite
-    from fedarena.bench.suite import SCALES
 
     rows = []
     for name in SUITES.names():
@@ -103,7 +103,7 @@ def cmd_list(args) -> int:
     rows = suite_rows(check=not args.no_check)
     print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
     for name, counts, reference, _ in rows:
-        cells = "".join(f"{counts.get(s, '?'):>7}" for s in ("smoke", "quick", "paper"))
+        cells = "".join(f"{counts.get(s, '?'):>7}" for s in SCALES)
         print(f"{name:<16}{cells}  {reference.splitlines()[0] if reference else ''}")
     invalid = [(name, p) for name, _, _, problems in rows for p in problems]
     for name, problem in invalid:

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedarena.config import SCALES as SCALES  # noqa: F401  (re-exported: a suite's scales)
 from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
 
-SCALES = ("smoke", "quick", "paper")
 SUITE_KEYS = ("name", "description", "reference", "fixed", "methods", "attacks", "exclude", "overrides", "scales")
 SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides",
               "checkpoint_every")

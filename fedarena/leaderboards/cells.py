@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedarena.config import SCALES
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.tracking.labels import shown_label
 
@@ -45,7 +46,6 @@ PROVENANCE = {
 
 IN_PROGRESS = ("RUNNING", "SCHEDULED")
 FAILED = ("FAILED", "KILLED")
-SCALES = ("smoke", "quick", "paper")  # from the least to the most thorough
 
 
 def normalize(runs: pd.DataFrame) -> pd.DataFrame:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from fedarena.config import SCALES
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("leaderboard", help="build Table 1/2/3-style leaderboards from the MLflow store")
@@ -11,7 +13,7 @@ def add_parser(sub) -> None:
     p.add_argument("--format", default="markdown", choices=("latex", "markdown", "html", "csv"))
     p.add_argument("--out", default="leaderboards", help="output directory")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
-    p.add_argument("--scale", choices=("smoke", "quick", "paper"), help="only runs of this scale")
+    p.add_argument("--scale", choices=SCALES, help="only runs of this scale")
     p.add_argument("--no-ci", action="store_true",
                    help="means only (default: mean ± 95%% confidence interval over seeds where a cell has >= 2)")
     p.add_argument("--ci", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old scripts
