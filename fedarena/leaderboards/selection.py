@@ -18,23 +18,20 @@ from fedarena.leaderboards.cells import HIGHER_IS_BETTER
 from fedarena.leaderboards.specs import TableSpec, fraction, significance_notes
 from fedarena.leaderboards.tables import Table, pivot, setting_label, sort_key
 
-SETTING = ("dataset_label", "attack_label", "level")
-
 
 def is_variant(cells: pd.DataFrame) -> pd.Series:
     groups = cells["select_group"] if "select_group" in cells else pd.Series("", index=cells.index)
     return groups.fillna("").astype(str) != ""
 
 
-def choose(variants: pd.DataFrame, by: str) -> pd.Series | None:
-    """The variant cell with the best finite mean ``by`` (None when no variant has one)."""
+def choose(variants: pd.DataFrame, by: str):
+    """The index of the variant cell with the best finite mean ``by`` (None when no variant has one)."""
     usable = variants[~variants["mixed"] & np.isfinite(variants[by])] if by in variants else variants.iloc[0:0]
     if usable.empty:
         return None
     order = sorted(range(len(usable)), key=lambda i: sort_key("method_label", usable["method_label"].iloc[i]))
-    ordered = usable.iloc[order]
-    best = ordered[by].idxmax() if HIGHER_IS_BETTER[by] else ordered[by].idxmin()
-    return ordered.loc[best]
+    ordered = usable.iloc[order][by]
+    return ordered.idxmax() if HIGHER_IS_BETTER[by] else ordered.idxmin()
 
 
 def select_variants(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, str]]]:
@@ -47,16 +44,15 @@ def select_variants(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, li
     for (group, dataset), part in variants.groupby(["select_group", "dataset_label"], sort=True):
         by = str(part["select_by"].iloc[0])
         picks = {}
-        for setting, options in part.groupby(list(SETTING[1:]), sort=False):
+        for setting, options in part.groupby(["attack_label", "level"], sort=False):
             pick = choose(options, by)
             if pick is not None:
-                row = pick.copy()
-                row["method_label"] = group
-                chosen.append(row)
-            picks[setting] = "none (no variant logged it)" if pick is None else pick["variant"]
+                chosen.append(pick)
+            picks[setting] = "none (no variant logged it)" if pick is None else variants.at[pick, "variant"]
         notes.append((group, _choice_note(group, dataset, by, picks)))
-    table_cells = pd.concat([cells[~mask], pd.DataFrame(chosen)], ignore_index=True) if chosen else cells[~mask]
-    return table_cells.reset_index(drop=True), variants.reset_index(drop=True), notes
+    rows = variants.loc[chosen].assign(method_label=variants.loc[chosen, "select_group"])
+    table_cells = pd.concat([cells[~mask], rows], ignore_index=True)
+    return table_cells, variants.reset_index(drop=True), notes
 
 
 def chosen_runs(runs: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
