@@ -2,7 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+EXTRAS ?=
+comma := ,
+STAMP := $(VENV)/.installed$(if $(EXTRAS),-$(subst $(comma),-,$(EXTRAS)),)
 SUITE ?= robustness
 SCALE ?= quick
 DATASET ?=
@@ -12,13 +14,14 @@ BENCH_ARGS ?=
 
 .PHONY: install test benchmark perf perf-paper lint ui leaderboards clean
 
+# `make install EXTRAS=postgres` adds install extras (comma-separated) to the dev install.
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "fedarena needs Python >= 3.11, found " + sys.version' 
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev$(if $(EXTRAS),$(comma)$(EXTRAS),)]"
 	touch $(STAMP)
 
 test: install
