@@ -12,8 +12,6 @@ from fedarena import commands
 from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
-from fedarena.sections import section_keys
-from fedarena.simulation.runner import run_experiment, write_result
 
 # flag -> config key (top level or "section.key")
 RUN_FLAGS = {
@@ -40,6 +38,8 @@ def add_run_parser(sub) -> None:
 
 
 def config_from_args(args) -> ExperimentConfig:
+    from fedarena.sections import section_keys  # torch and the registries: not needed by `fedarena --help`
+
     data = ExperimentConfig().to_dict()
     if args.config:
         loaded = read_yaml_file(args.config) or {}
@@ -61,6 +61,8 @@ def config_from_args(args) -> ExperimentConfig:
 
 
 def cmd_run(args) -> int:
+    from fedarena.simulation.runner import run_experiment, write_result
+
     bars = []
 
     def start(trial):
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UnknownNameError) as err:
         print(f"fedarena: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before a command's own handling (e.g. while loading): no traceback
+        print("fedarena: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import round_line, tally
-from fedarena.bench.runner import checkpoint_spacing, plan_trials
+from fedarena.bench.plan import plan_trials
+from fedarena.bench.runner import checkpoint_spacing
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
 from fedarena.tracking import RunSummary
@@ -20,7 +21,7 @@ def test_plan_skips_finished_resumes_unfinished_and_adds_new():
         "b": [RunSummary("rb2", "KILLED", {"checkpoint": "/ck/b2"}, 30), RunSummary("rb1", "FAILED", {}, 5)],
     }
     # Execute
-    plan, skipped = plan_trials([spec("a"), spec("b"), spec("c")], existing)
+    plan, skipped, _ = plan_trials([spec("a"), spec("b"), spec("c")], existing)
     # Assert: the newest unfinished run of b is continued from its checkpoint
     assert skipped == 1
     assert sorted(plan) == ["b", "c"]

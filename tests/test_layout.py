@@ -17,7 +17,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"bench", "leaderboards", "perf", "perf_paper", "examples"},
     {"commands", "cli"},
 ]
-LAZY_CLI = {"bench/commands.py", "leaderboards/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
 
 
 def module_name(path: Path) -> str:

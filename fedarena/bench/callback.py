@@ -26,10 +26,13 @@ from fedarena.tracking.runs import (
     CHECKPOINT_ROUND,
     ERROR,
     FAILED,
+    FAILURE_KIND,
     FAILURES,
     FINISHED,
     KILLED,
+    PERMANENT,
     RESUMED_FROM,
+    TRANSIENT,
 )
 
 
@@ -40,6 +43,7 @@ class Planned:
     spec: TrialSpec
     run_id: str | None = None
     resume_from: str | None = None
+    resume_round: int | None = None  # the round of ``resume_from``
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Active:
     spec: TrialSpec
     run_id: str
     last_round: int = 0  # last round whose metrics are in the store or pending
+    checkpoint_round: int | None = None  # round of the latest checkpoint a retry restores (None: none)
     resumed_from: int | None = None  # start round of the attempt whose reports arrive (None: none yet)
     pending_rounds: dict[int, dict] = field(default_factory=dict)  # round -> metrics, not written yet
     pending_tags: dict[str, object] = field(default_factory=dict)
@@ -102,7 +107,7 @@ class TrackingCallback(tune.Callback):
         if planned.run_id:
             last = self.store.reopen(planned.run_id)
             self.store.set_tags(planned.run_id, tags)
-            self.active[trial.trial_id] = Active(spec, planned.run_id, last)
+            self.active[trial.trial_id] = Active(spec, planned.run_id, last, planned.resume_round)
             self._event(trials, f"{spec.name}: resuming run {planned.run_id[:8]} (metrics up to round {last})")
             return
         run_id = self.store.open(spec.name, run_params(spec.config.flat()), tags, spec.config.to_dict())
@@ -111,7 +116,10 @@ class TrackingCallback(tune.Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self.active.get(trial.trial_id)
-        if run is None:
+        if run is None or run.run_id in self.closed:
+            return
+        if result.get("permanent_error"):  # the trial ends without raising: Ray must not retry it
+            self._fail(trials, trial, run, result["permanent_error"], permanent=True)
             return
         start = result.get("resumed_from_round", 0)
         if run.resumed_from != start:  # first report of an attempt (the first one, or a retry)
@@ -128,14 +136,17 @@ class TrackingCallback(tune.Callback):
         run = self.active.get(trial.trial_id)
         if run is not None and not trial.last_result.get("done"):  # the final one goes with the run's end
             rounds, tags = run.take_pending()
-            tags.update({CHECKPOINT: checkpoint_uri(checkpoint), CHECKPOINT_ROUND: trial.last_result.get("round", 0)})
+            run.checkpoint_round = trial.last_result.get("round", 0)
+            tags.update({CHECKPOINT: checkpoint_uri(checkpoint), CHECKPOINT_ROUND: run.checkpoint_round})
             self.store.log_rounds(run.run_id, rounds, tags)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
         if run is not None:
             self.store.set_tags(run.run_id, {FAILURES: trial.num_failures})
-            self._event(trials, f"{run.spec.name}: failed ({_error_line(trial)}); retrying from its last checkpoint")
+            start = (f"from its checkpoint at round {run.checkpoint_round}" if run.checkpoint_round is not None
+                     else "from its start (no checkpoint yet)")
+            self._event(trials, f"{run.spec.name}: failed ({_error_line(trial)}); retrying {start}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
@@ -158,12 +169,15 @@ class TrackingCallback(tune.Callback):
         run = self.active.get(trial.trial_id)
         if run is None or run.run_id in self.closed:
             return
-        error = _error_line(trial)
+        self._fail(trials, trial, run, _error_line(trial), permanent=False)
+
+    def _fail(self, trials, trial, run: Active, error: str, permanent: bool) -> None:
         rounds, tags = run.take_pending()
-        tags.update({ERROR: error, FAILURES: trial.num_failures})
+        tags.update({ERROR: error, FAILURES: trial.num_failures, FAILURE_KIND: PERMANENT if permanent else TRANSIENT})
         self.store.finish(run.run_id, FAILED, tags=tags, rounds=rounds)
         self._close(run, FAILED)
-        self._event(trials, f"{run.spec.name}: FAILED: {error}")
+        why = " (a retry cannot fix it: not retried)" if permanent else ""
+        self._event(trials, f"{run.spec.name}: FAILED{why}: {error}")
 
     def close_open_runs(self) -> int:
         """Mark runs still open (an interrupted benchmark) KILLED; the next run of the command resumes them."""

@@ -44,7 +44,10 @@ def _add_run_parser(bench_sub) -> None:
     p.add_argument("--storage", default="ray_results", help="Ray Tune storage path (checkpoints)")
     p.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite ./mlflow.db)")
     p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
-    p.add_argument("--dry-run", action="store_true", help="validate and show the plan; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate, build every trial's plan without training, and show it; run nothing")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="also run trials that failed before with an error a retry cannot fix (skipped by default)")
     p.set_defaults(func=cmd_bench_run)
 
 
@@ -59,6 +62,10 @@ def _seeds(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench_run(args) -> int:
+    from fedarena.tracking.location import check_local_store, tracking_uri
+
+    check_local_store(tracking_uri(args.tracking_uri))  # milliseconds, before torch, Ray and MLflow load
+    from fedarena.bench.guard import SIGTERM_EXIT
     from fedarena.bench.runner import BenchOptions, run_bench
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # store creation and migrations log at INFO
@@ -67,10 +74,12 @@ def cmd_bench_run(args) -> int:
     options = BenchOptions(
         args.suite, args.scale, args.dataset, args.seeds, args.cpus_per_trial, args.gpus_per_trial,
         args.max_concurrent, args.max_failures, args.checkpoint_every, args.storage, args.tracking_uri,
-        args.num_cpus, args.dry_run,
+        args.num_cpus, args.dry_run, args.retry_failed,
     )  # fmt: skip
     summary = run_bench(options)
-    return 0 if summary.ok else 1
+    if summary.terminated:
+        return SIGTERM_EXIT
+    return 0 if summary.ok else (2 if summary.unbuildable else 1)
 
 
 def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[str]]]:

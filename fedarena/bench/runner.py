@@ -7,31 +7,60 @@ interrupted benchmark) continues that run from the checkpoint recorded in its ``
 start (or join, with ``RAY_ADDRESS``) Ray -> one Tune trial per remaining federated run.
 
 Running the same command again therefore resumes an interrupted benchmark and never duplicates a
-finished trial. Do not run two benchmarks of one suite against one store at the same time.
+finished trial. A trial that failed with an error no retry can fix (tag ``failure=permanent``) is skipped,
+with a line saying why, unless ``retry_failed``. Before Ray starts, every pending trial's plan is built
+without training (``preflight``) and the free space of the storage is checked against its checkpoints.
+A second benchmark of the same suite on the same store is refused while one runs (``guard.SuiteLock``);
+SIGTERM acts as Ctrl+C; Ray's log lines go to a file under the storage (``guard``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedarena.bench.callback import Planned, TrackingCallback
 from fedarena.bench.grid import TrialSpec, expand
+from fedarena.bench.guard import (
+    StorageFullError,
+    SuiteLock,
+    TermAsInterrupt,
+    clear_scratch,
+    is_storage_full,
+    meta_dir,
+    ray_logs_to_file,
+    storage_full_message,
+)
 from fedarena.bench.parse import load_suite
+from fedarena.bench.plan import (
+    BenchError,
+    check_data,
+    check_free_space,
+    data_key,
+    lock_folder,
+    plan_trials,
+    print_plan,
+)
+from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
-from fedarena.datasets.fetch import info, info_text
-from fedarena.params import ConfigError
 from fedarena.simulation.runner import code_version
-from fedarena.tracking import RunStore, check_store, redact, suite_experiment, tracking_uri, version_tags
-from fedarena.tracking.runs import CHECKPOINT, FAILED, FINISHED, RunSummary
+from fedarena.tracking import (
+    RunStore,
+    check_store,
+    redact,
+    sqlite_path,
+    suite_experiment,
+    tracking_uri,
+    version_tags,
+)
+from fedarena.tracking.runs import FAILED, FINISHED
 
-
-class BenchError(ConfigError):
-    """The benchmark cannot start (resources, Ray)."""
+__all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
 
 
 @dataclass
@@ -49,7 +78,9 @@ class BenchOptions:
     tracking_uri: str | None = None
     num_cpus: int | None = None  # size of a local Ray instance (default: every core)
     dry_run: bool = False
-    fail_once_at_round: int | None = None  # test hook, see fedarena.bench.trainable
+    retry_failed: bool = False  # also run trials that failed permanently before (default: skip them)
+    fail_once_at_round: int | None = None  # test hooks, see fedarena.bench.trainable
+    fail_permanently_at_round: int | None = None
 
 
 @dataclass
@@ -61,24 +92,13 @@ class BenchSummary:
     failed: int = 0
     killed: int = 0
     tracking_uri: str = ""
+    skipped_failed: int = 0  # trials skipped because they failed permanently before
+    unbuildable: int = 0  # trials whose plan cannot be built (dry run)
+    terminated: bool = False  # SIGTERM stopped the benchmark
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.killed == 0
-
-
-def plan_trials(specs: list[TrialSpec], existing: dict[str, list[RunSummary]]) -> tuple[dict[str, Planned], int]:
-    """(trials to run by config hash, number skipped because a FINISHED run exists)."""
-    plan, skipped = {}, 0
-    for spec in specs:
-        runs = existing.get(spec.config_hash, [])
-        if any(run.status == FINISHED for run in runs):
-            skipped += 1
-        elif runs:  # newest unfinished run: continue it from its last checkpoint
-            plan[spec.config_hash] = Planned(spec, runs[0].run_id, runs[0].tags.get(CHECKPOINT))
-        else:
-            plan[spec.config_hash] = Planned(spec)
-    return plan, skipped
+        return not (self.failed or self.killed or self.skipped_failed or self.unbuildable)
 
 
 @contextlib.contextmanager
@@ -115,22 +135,6 @@ def _env(**values: str):
                 os.environ[key] = value
 
 
-def check_data(plan: dict[str, Planned]) -> None:
-    """Every dataset the pending trials read is present here (local Ray), before any trial starts."""
-
-    seen = set()
-    for planned in plan.values():
-        dataset = planned.spec.config.dataset
-        key = (dataset["name"], dataset.get("data_dir"))
-        if key in seen:
-            continue
-        seen.add(key)
-        report = info(*key, verify=False)
-        if not report["complete"]:
-            raise BenchError(f"trials of this benchmark need data that is not here:\n{info_text(*key, verify=False)}"
-                             f"\n(or leave this dataset out: --dataset picks one dataset of the scale)")
-
-
 def check_resources(cpus: float, gpus: float) -> None:
     import ray
 
@@ -155,17 +159,41 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
     store, uri = open_store(options.tracking_uri, suite.name)
-    plan, skipped = plan_trials(specs, store.runs_by_hash())
+    lock = SuiteLock(lock_folder(uri, options.storage), suite.name, uri)
+    if not options.dry_run:
+        lock.acquire(redact(uri))
+    try:
+        return _plan_and_run(options, suite, specs, store, uri, printer)
+    finally:
+        lock.release()
+
+
+def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: RunStore, uri: str,
+                  printer: Printer) -> BenchSummary:
+    plan, skipped, failed = plan_trials(specs, store.runs_by_hash(), options.retry_failed)
     resumed = sum(1 for p in plan.values() if p.run_id)
-    summary = BenchSummary(len(specs), skipped, resumed, tracking_uri=redact(uri))
+    summary = BenchSummary(len(specs), skipped, resumed, tracking_uri=redact(uri), skipped_failed=len(failed))
     printer.emit(f"suite {suite.name!r} at scale {options.scale!r}: {len(specs)} trials; {skipped} already "
                  f"finished in {redact(uri)} (skipped), {resumed} to resume, {len(plan) - resumed} new")
+    if failed:
+        printer.emit(f"{len(failed)} trial(s) skipped: they failed with an error a rerun cannot fix, e.g. "
+                     f"{failed[0][0].name}: {failed[0][1]} (fix the suite, or pass --retry-failed to run them again)")
+    cluster = bool(os.environ.get("RAY_ADDRESS"))
+    present = check_data(plan, cluster)
+    checked = preflight([p.spec for p in plan.values() if data_key(p) in present])
     if options.dry_run:
-        for planned in plan.values():
-            printer.emit(f"  {'resume' if planned.run_id else 'new   '} {planned.spec.name} [{planned.spec.config_hash}]")
-    elif plan:
+        print_plan(plan, checked, printer)
+        summary.unbuildable = len(checked.problems)
+        return summary
+    if checked.problems:
+        raise BenchError(checked.summary(len(plan)))
+    if plan:
+        at_once = options.max_concurrent or max(1, int((options.num_cpus or os.cpu_count() or 1)
+                                                       // options.cpus_per_trial))
+        needed = checked.disk_needed(at_once)
+        check_free_space(options.storage, at_once, checked)
         scale_every = suite.scales[options.scale].checkpoint_every
-        _execute(options, suite.name, store, plan, printer, summary, scale_every)
+        _execute(options, suite.name, store, plan, printer, summary, scale_every, needed)
     return summary
 
 
@@ -179,38 +207,56 @@ def checkpoint_spacing(option: int | None, scale: int | None, rounds: int, eval_
 
 
 def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str, Planned], printer: Printer,
-             summary: BenchSummary, scale_every: int | None = None) -> None:
-    if not os.environ.get("RAY_ADDRESS"):  # on a cluster the data lives on the workers
-        check_data(plan)
+             summary: BenchSummary, scale_every: int | None = None, needed: int | None = None) -> None:
+    meta = meta_dir(options.storage)
+    scratch = meta / "tmp" / suite if meta is not None else None
+    clear_scratch(scratch)  # what a killed benchmark of this suite left (we hold the suite's lock)
     callback = TrackingCallback(store, plan, version_tags(code_version()), printer)
-    with ray_session(options.num_cpus):
-        check_resources(options.cpus_per_trial, options.gpus_per_trial)
-        tuner = _tuner(options, suite, plan, callback, scale_every)
-        try:  # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record
-            with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
-                      TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
-                tuner.fit()
-        finally:
-            summary.killed = callback.close_open_runs()
+    signals = TermAsInterrupt()
+    try:
+        with signals, ray_logs_to_file(meta / "logs" if meta else None), ray_session(options.num_cpus):
+            signals.install()  # after Ray's start, which installs its own SIGTERM handler
+            check_resources(options.cpus_per_trial, options.gpus_per_trial)
+            _fit(_tuner(options, suite, plan, callback, scale_every, scratch), callback, summary)
+    except Exception as err:
+        if is_storage_full(err):
+            paths = {"storage": options.storage, "store": sqlite_path(tracking_uri(options.tracking_uri))}
+            raise StorageFullError(storage_full_message(err, paths, needed)) from None
+        raise
+    summary.terminated = signals.received
     summary.finished, summary.failed = callback.outcomes[FINISHED], callback.outcomes[FAILED]
     hint = " Run the same command again to resume." if summary.failed or summary.killed else ""
     printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted, "
                  f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
 
 
+def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
+    try:  # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record
+        with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
+                  TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
+            tuner.fit()
+    except KeyboardInterrupt:  # a second Ctrl+C (or SIGTERM) while Tune was stopping: the runs close below
+        pass
+    finally:
+        summary.killed = callback.close_open_runs()
+
+
 def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback,
-           scale_every: int | None = None):
+           scale_every: int | None = None, scratch: Path | None = None):
     """One Tune trial per planned run. The trials' Tune configs hold only index, hash and name; the payloads
     (configs) reach the trainable through Ray's object store, once (Tune copies and saves configs often)."""
     from ray import tune
 
     payloads, keys = {}, []
+    driver = {"host": socket.gethostname(), "pid": os.getpid()}
+    hooks = {"fail_once_at_round": options.fail_once_at_round,
+             "fail_permanently_at_round": options.fail_permanently_at_round}
     for index, planned in enumerate(plan.values()):
         cfg, spec = planned.spec.config, planned.spec
         every = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
-            fail_once_at_round=options.fail_once_at_round)
+            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks)
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()

@@ -17,20 +17,32 @@ latest state if there is one, runs the remaining rounds and reports to Ray Tune:
 
 Restore order: Ray's checkpoint of this trial (a retry after a failure, ``FailureConfig``), else the
 payload's ``resume_from`` (the last checkpoint of an interrupted earlier benchmark, found by the driver in
-the tracking store). Test hook: ``fail_once_at_round = R`` makes a trial that was *not* restored raise
-``InjectedFailure`` when it reaches round R, so tests can watch a retry resume from the checkpoint.
+the tracking store).
+
+Failures: an error no retry can fix (``PERMANENT``: a config, data or shape error) is reported once as a
+final result with ``permanent_error`` (its one-line message) and the trial ends without raising, so Ray does
+not retry it; any other error (a lost worker, a full disk, CUDA) raises and Ray retries from the last
+checkpoint. A trial whose driver process is gone (same host, e.g. SIGKILL) exits within seconds.
+Test hooks: ``fail_once_at_round = R`` makes a trial that was *not* restored raise ``InjectedFailure``
+(transient) when it reaches round R, so tests can watch a retry resume from the checkpoint;
+``fail_permanently_at_round = R`` raises ``InjectedConfigError`` (permanent) at round R.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+import socket
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from ray import tune
 
 from fedarena.config import ExperimentConfig
+from fedarena.params import ConfigError
+from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.engine import SimState
 from fedarena.simulation.runner import run_experiment, write_result
@@ -39,16 +51,33 @@ from fedarena.simulation.setup import Trial, build_trial
 RESULT_FILE, CLIENTS_FILE = "result.json", "clients.csv"
 
 
+DRIVER_POLL_S = 2.0
+_WATCHED: set[int] = set()  # driver pids this worker process watches
+
+
 class InjectedFailure(RuntimeError):
-    """Raised by the ``fail_once_at_round`` test hook."""
+    """Raised by the ``fail_once_at_round`` test hook (a transient fault: retried)."""
+
+
+class InjectedConfigError(ConfigError):
+    """Raised by the ``fail_permanently_at_round`` test hook (a permanent fault: not retried)."""
+
+
+# Errors that the same config fails with again on any retry: bad settings, data or shapes, and bugs.
+PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
+             NotImplementedError)
 
 
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
-                  resume_from: str | None = None, fail_once_at_round: int | None = None) -> dict:
-    """What the trainable receives for one trial (plain data: Ray stores it with the experiment)."""
+                  resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
+                  hooks: dict | None = None) -> dict:
+    """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
+    ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
+    benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
+    ``hooks``: the test hooks (``fail_once_at_round``, ``fail_permanently_at_round``)."""
     return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
-            "checkpoint_every": checkpoint_every, "resume_from": resume_from,
-            "fail_once_at_round": fail_once_at_round}
+            "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
+            "driver": driver, **(hooks or {})}
 
 
 def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
@@ -103,9 +132,7 @@ class Reporter:
                 "dataset_fingerprint": self.trial.dataset.fingerprint}
 
     def on_round(self, state: SimState, metrics: dict | None) -> None:
-        fail_at = self.payload.get("fail_once_at_round")
-        if fail_at is not None and self.start == 0 and state.round == fail_at:
-            raise InjectedFailure(f"injected failure at round {fail_at} (test hook fail_once_at_round)")
+        _injected_failure(self.payload, self.start, state.round)
         checkpoint = self.every > 0 and state.round % self.every == 0 and state.round < self.trial.cfg.rounds
         if (metrics is None or self.every == 0) and not checkpoint:
             return
@@ -113,7 +140,7 @@ class Reporter:
         if not checkpoint:
             tune.report(result)
             return
-        with tempfile.TemporaryDirectory(prefix="fedarena-ckpt-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="fedarena-ckpt-", dir=_scratch(self.payload)) as tmp:
             save_state(Path(tmp), state, self.payload["config_hash"])
             tune.report(result, checkpoint=tune.Checkpoint.from_directory(tmp))
 
@@ -126,13 +153,62 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
     """Ray Tune function trainable for one benchmark trial (see the module docstring): ``run_experiment``,
     as ``fedarena run``, with the Reporter restoring and reporting."""
     payload = payloads[tune_config["trial"]["config_hash"]]
+    _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):
         return
     reporter = Reporter(None, payload, 0)
-    result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round, reporter.start_trial)
-    with tempfile.TemporaryDirectory(prefix="fedarena-final-") as tmp:
+    try:
+        result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round,
+                                reporter.start_trial)
+    except PERMANENT as err:  # reported as the trial's end: Ray would retry a raised error in vain
+        round_idx = reporter.trial.cfg.rounds if reporter.trial is not None else 0
+        tune.report({"round": 0, "done": True, "evaluated": False, "permanent_error": _one_line(err),
+                     "rounds": round_idx})
+        return
+    with tempfile.TemporaryDirectory(prefix="fedarena-final-", dir=_scratch(payload)) as tmp:
         write_final(Path(tmp), result)
         reporter.finish(result["final"]["round"], Path(tmp))
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if not isinstance(err, ConfigError) else text
+
+
+def _injected_failure(payload: dict, start: int, round_idx: int) -> None:
+    once, always = payload.get("fail_once_at_round"), payload.get("fail_permanently_at_round")
+    if once is not None and start == 0 and round_idx == once:
+        raise InjectedFailure(f"injected failure at round {once} (test hook fail_once_at_round)")
+    if always is not None and round_idx == always:
+        raise InjectedConfigError(f"injected config error at round {always} (test hook fail_permanently_at_round)")
+
+
+def _scratch(payload: dict) -> str | None:
+    folder = payload.get("scratch")
+    if folder is None:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _watch_driver(driver: dict | None) -> None:
+    """End this worker process soon after the driver process is gone (only when both share a host: on a
+    cluster, Ray itself ends the trials of a driver that disconnects)."""
+    if not driver or driver.get("host") != socket.gethostname() or driver["pid"] in _WATCHED:
+        return
+    _WATCHED.add(driver["pid"])  # one watcher per worker process (Ray reuses a worker for many trials)
+
+    def watch(pid: int) -> None:
+        while True:
+            time.sleep(DRIVER_POLL_S)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)  # nothing to save: the next benchmark resumes from the last checkpoint
+            except PermissionError:
+                continue  # the pid is alive (owned by another user after reuse; keep watching)
+
+    threading.Thread(target=watch, args=(driver["pid"],), daemon=True, name="fedarena-driver-watch").start()
 
 
 def _finished_checkpoint(payload: dict) -> bool:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-from fedarena.datasets.fetch import fetch, info, info_text
-from fedarena.datasets.registry import DATASETS
 from fedarena.params import ConfigError
 
 
@@ -21,6 +19,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from fedarena.datasets.fetch import fetch, info, info_text  # torch: not needed by `fedarena --help`
+    from fedarena.datasets.registry import DATASETS
+
     if args.data_dir:  # an environment setting, not a config key: the data location is not part of a trial's identity
         os.environ["FEDARENA_DATA_DIR"] = args.data_dir
     if args.action == "list":

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from fedarena.leaderboards import build_leaderboards
-    from fedarena.tracking.store import tracking_uri
+    from fedarena.tracking.location import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=not args.no_ci, scale=args.scale,

@@ -63,8 +63,25 @@ def _without_name(section: dict) -> dict:
 def build_trial(cfg: ExperimentConfig) -> Trial:
     cfg = resolve_config(cfg)
     device = resolve_device(cfg.device)
+    dataset = load_dataset(cfg)
+    method, threat, aggregate, needs_losses = assemble(cfg, dataset)
+    model, w0 = build_trial_model(cfg, dataset, device)
+    poisoned = threat.effect.dataset
+    pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
+    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes()).to(dtype=w0.dtype, device=device)
+    return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
+                 Backend(model, cfg.backend == "batched"), *pools, weights, device)
+
+
+def load_dataset(cfg: ExperimentConfig) -> FederatedDataset:
+    """The trial's federated dataset (partitioned with the data seed, or the seed)."""
     data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-    dataset = build_dataset(cfg.dataset["name"], _without_name(cfg.dataset), stream(data_seed, PARTITION))
+    return build_dataset(cfg.dataset["name"], _without_name(cfg.dataset), stream(data_seed, PARTITION))
+
+
+def assemble(cfg: ExperimentConfig, dataset: FederatedDataset):
+    """(method, threat, server rule, needs_losses) of a resolved config on its dataset, with every check that
+    needs the data (``fedarena bench run`` runs it for every trial before any starts)."""
     if cfg.clients_per_round > dataset.num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
                           f"of dataset {dataset.name!r}")
@@ -76,17 +93,18 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     threat = build_threat(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
+    return method, threat, aggregate, needs_losses
+
+
+def build_trial_model(cfg: ExperimentConfig, dataset: FederatedDataset, device: torch.device):
+    """(model, initial weights) for the dataset's shapes, seeded by the config's init stream."""
     seed_init = int(stream(cfg.seed, INIT).integers(2**62))
     model, w0 = build_model(cfg.model["name"], _without_name(cfg.model), dataset.input_shape,
                             dataset.num_classes, dataset.task, seed_init, device)
     if model.has_batch_norm and cfg.backend == "batched":
         raise ConfigError(f"model {cfg.model['name']!r} has batch norm, whose statistics would include the batched "
                           "backend's padding; use backend=sequential")
-    poisoned = threat.effect.dataset
-    pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
-    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes()).to(dtype=w0.dtype, device=device)
-    return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
-                 Backend(model, cfg.backend == "batched"), *pools, weights, device)
+    return model, w0
 
 
 def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:

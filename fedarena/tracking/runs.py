@@ -39,6 +39,9 @@ TAGS = ("config_hash", "cell_hash", "suite", "scale", "dataset_fingerprint", "gi
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
 CHECKPOINT, CHECKPOINT_ROUND, RESUMED_FROM, FAILURES, ERROR = (
     "checkpoint", "checkpoint_round", "resumed_from_round", "num_failures", "error")
+# ``failure``: why a FAILED run failed: ``permanent`` (config, data or shape: a rerun skips it unless asked to
+# retry it) or ``transient`` (Ray's retries ran out: a rerun resumes it).
+FAILURE_KIND, PERMANENT, TRANSIENT = "failure", "permanent", "transient"
 PARAM_MAX = 500  # older MLflow servers reject longer param values
 TAG_MAX = 5000
 BATCH = 100  # MLflow's limit of params / tags per log_batch call

@@ -8,59 +8,51 @@ Every call goes through an explicit ``MlflowClient(tracking_uri=...)``; no globa
 
 from __future__ import annotations
 
-import os
-import re
 import urllib.error
 import urllib.request
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine.url import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from fedarena.params import ConfigError
+from fedarena.tracking.location import (
+    PROBE_TIMEOUT_S,
+    TrackingError,
+    artifact_root,
+    check_local_store,
+    redact,
+)
 
-ENV_VAR = "MLFLOW_TRACKING_URI"
-DEFAULT_DB = "mlflow.db"
-ARTIFACT_DIR = "mlartifacts"
-PROBE_TIMEOUT_S = 5.0
-
-
-class TrackingError(ConfigError):
-    """The tracking store cannot be used; the message names its (redacted) address."""
-
-
-def tracking_uri(explicit: str | None = None, cwd: str | os.PathLike | None = None) -> str:
-    """The store to use: ``explicit`` > $MLFLOW_TRACKING_URI > ``sqlite:///<cwd>/mlflow.db``."""
-    if explicit:
-        return explicit
-    if os.environ.get(ENV_VAR):
-        return os.environ[ENV_VAR]
-    return f"sqlite:///{(Path(cwd or Path.cwd()) / DEFAULT_DB).resolve()}"
+DATABASES = ("postgresql", "mysql", "mssql", "sqlite")  # the URI schemes MLflow stores through SQLAlchemy
+DRIVER_EXTRAS = {"postgresql": "postgres"}  # database -> the fedarena install extra with its default driver
 
 
-def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (None for other stores and in-memory databases)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///"):]
-    return None if path in ("", ":memory:") else Path(path)
-
-
-def artifact_root(uri: str) -> Path | None:
-    """The artifact folder beside a local SQLite store; None lets a server or database store decide."""
-    db = sqlite_path(uri)
-    return None if db is None else db.parent / ARTIFACT_DIR
-
-
-def redact(uri: str) -> str:
-    """The URI with any password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    netloc = re.sub(r":[^:@]*@", ":***@", parts.netloc, count=1)
-    return urlunsplit(parts._replace(netloc=netloc))
+def check_driver(uri: str) -> None:
+    """A database URI names a database SQLAlchemy knows and its driver (the one SQLAlchemy picks for
+    ``postgresql://``, or the one after ``+``) is installed; otherwise a one-line TrackingError naming the
+    install extra (before MLflow opens the store). Other URIs (http, file, databricks) pass unchecked."""
+    try:
+        database = urlsplit(uri).scheme.split("+")[0]
+    except ValueError as err:  # e.g. an unclosed [ of an IPv6 host; the URI may hold a password: not echoed
+        raise TrackingError(f"the tracking store URI cannot be parsed ({err}); write SCHEME://... with a scheme "
+                            f"of {', '.join(DATABASES)}, http(s) or file") from None
+    if database not in DATABASES:
+        return
+    try:
+        dialect = make_url(uri).get_dialect()
+    except (ArgumentError, ValueError) as err:  # a malformed URI (port), or an unknown driver after '+'
+        raise TrackingError(f"tracking store {redact(uri)}: {_first_line(err)}; write "
+                            f"{database}://user:password@host:port/database (or {database}+DRIVER://...)") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as err:
+        extra = DRIVER_EXTRAS.get(database)
+        fix = (f"install fedarena's {extra!r} extra: pip install -e '.[{extra}]' (or make install EXTRAS={extra})"
+               if extra and uri.startswith(f"{database}://") else f"install the Python package {dialect.driver!r}")
+        raise TrackingError(f"tracking store {redact(uri)} needs the {database} driver {dialect.driver!r}, which "
+                            f"is not installed ({_first_line(err)}); {fix}") from None
 
 
 def check_store(uri: str) -> MlflowClient:
@@ -70,14 +62,13 @@ def check_store(uri: str) -> MlflowClient:
     HTTP(S): the server's ``/health`` endpoint must answer within a few seconds (MLflow's own client
     would retry for minutes). Every store: one cheap query must succeed.
     """
-    db = sqlite_path(uri)
-    if db is not None and not db.parent.is_dir():
-        raise TrackingError(f"tracking store {uri}: the folder {db.parent} does not exist")
+    check_driver(uri)
+    check_local_store(uri)
     scheme = urlsplit(uri).scheme
     if scheme in ("http", "https"):
         _probe_server(uri)
-    client = MlflowClient(tracking_uri=uri)
-    try:
+    try:  # this MLflow opens (and migrates) the database in the client's constructor
+        client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError, OSError, ImportError) as err:
         raise TrackingError(f"tracking store {redact(uri)} cannot be used: {_first_line(err)}") from None
