@@ -4,11 +4,14 @@
   j < 5, lognormal(3, 1) + 10 sizes, lognormal(1, 1) class proportions; pixels standardised per pixel.
 - ``fmnist_fedtilt``, ``mnist``, ``cifar10``: FedTilt: 100 clients, 2 classes each, equal sizes.
 
-``pool``: by default the training and test files are pooled (train first) before partitioning, as Ditto's
-script partitions both (70,000 Fashion-MNIST images); ``pool="train"`` partitions the training files alone,
+``pool``: by default the training and test files are pooled (train first) before partitioning (all 70,000
+Fashion-MNIST images, which Ditto's script also uses); ``pool="train"`` partitions the training files alone,
 the paper's text ("rescaled to the 60,000 training images"). Either way every device then splits its own
-samples 72/8/20. Builders never download: ``fedarena data
-fetch NAME`` does (see fetch.py); a missing or damaged file is a DataError naming the remedy.
+samples 72/8/20. ``fmnist`` also takes ``pool="reference"``: the script that produced the published numbers
+takes each device's training images from the training file and its test images from the test file, with
+its own per-device counts, file order, reuse and standardisation (``fmnist_reference``).
+Builders never download: ``fedarena data fetch NAME`` does (see fetch.py); a missing or damaged file is a
+DataError naming the remedy.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 
 from fedarena.datasets import cifar, idx
 from fedarena.datasets.base import FederatedDataset
+from fedarena.datasets.fmnist_reference import build_reference
 from fedarena.datasets.offline import standardize
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
@@ -30,6 +34,7 @@ from fedarena.params import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}
 POOLS = ("train_test", "train")  # which files are partitioned (see the module docstring)
+REFERENCE_POOL = "reference"  # fmnist only: Ditto's reference script (fmnist_reference)
 FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
 
 
@@ -100,6 +105,19 @@ def _options(partition: str, defaults: dict, given: dict | None) -> dict:
     return {**(defaults if partition == "k_classes" else {}), **(given or {})}
 
 
+def check_pool(name: str, pool: str, partition: str, partition_options: dict | None,
+               max_samples: int | None) -> None:
+    """``pool`` is one of POOLS, or ``reference`` for fmnist, which builds its own partition."""
+    allowed = POOLS + ((REFERENCE_POOL,) if name == "fmnist" else ())
+    if pool not in allowed:
+        raise ConfigError(f"dataset {name!r}: pool must be one of {', '.join(allowed)} (train_test: training and "
+                          "test files pooled; train: the training files alone"
+                          + ("; reference: Ditto's reference script" if name == "fmnist" else "") + f"); got {pool!r}")
+    if pool == REFERENCE_POOL and (partition != "k_classes" or partition_options or max_samples is not None):
+        raise ConfigError("dataset 'fmnist': pool=reference builds the reference script's own partition; leave "
+                          "partition, partition_options and max_samples at their defaults")
+
+
 def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str) -> None:
     """Register a torchvision-format dataset: ``load(name, root, train_only)`` gives the pooled images and labels, and
     ``defaults`` the paper's k_classes options (the builder's signature is its hyperparameter schema)."""
@@ -114,9 +132,9 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
         max_samples: int | None = None,
         pool: str = "train_test",
     ) -> FederatedDataset:
-        if pool not in POOLS:
-            raise ConfigError(f"dataset {name!r}: pool must be one of {', '.join(POOLS)} (train_test: training "
-                            f"and test files pooled, as Ditto's script; train: the training files alone); got {pool!r}")
+        check_pool(name, pool, partition, partition_options, max_samples)
+        if pool == REFERENCE_POOL:
+            return build_reference(rng, FMNIST_SOURCE, data_dir=data_dir, num_clients=num_clients)
         root = data_root(data_dir)
         return build_pooled(name, rng, root, load(name, root, pool == "train"), num_clients=num_clients, partition=partition,
                             options=_options(partition, defaults, partition_options), max_samples=max_samples)
