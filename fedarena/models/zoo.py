@@ -49,10 +49,16 @@ class LinearSVM(nn.Module):
 
 
 @MODELS.register("svm")
-def svm(input_shape: tuple[int, ...], num_classes: int, *, l2: float = 0.01) -> nn.Module:
+def svm(input_shape: tuple[int, ...], num_classes: int, *, l2: float = 0.01, zero_init: bool = False) -> nn.Module:
+    """``zero_init``: W = 0, b = 0 as Ditto's reference code (flearn/models/vehicle/svm.py); else PyTorch's
+    default initialisation of a linear layer."""
     if num_classes != 2:
         raise ConfigError(f"model 'svm' is binary (labels -1/+1); the dataset has {num_classes} classes")
-    return LinearSVM(_flat_dim(input_shape), l2)
+    model = LinearSVM(_flat_dim(input_shape), l2)
+    if zero_init:
+        nn.init.zeros_(model.linear.weight)
+        nn.init.zeros_(model.linear.bias)
+    return model
 
 
 @MODELS.register("mlp")
