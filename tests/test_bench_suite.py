@@ -109,6 +109,26 @@ def test_expand_dataset_filter_and_seed_override(tmp_path):
     assert elsewhere[0].config.dataset["name"] == "digits" and elsewhere[0].config.model["name"] == "mlp"
 
 
+def test_rules_and_scale_subsets_may_name_one_variant_of_a_selected_entry(tmp_path):
+    # Prepare: ditto selects lam among 0.1, 1, 2; d2 leaves out lam 2; lam 0.1 gets 3 local steps; the
+    # smoke scale runs the variant ditto_lam1 alone
+    data = suite_data("variants", methods=[{"label": "ditto", "method": {"name": "ditto"},
+                                            "select": {"by": "val_acc_pooled", "over": {"method.lam": [0.1, 1, 2]}}}],
+                      overrides=[{"when": {"method": "ditto_lam0.1"}, "set": {"local_steps": 3}}])
+    data["scales"]["quick"]["datasets"] = [{**SYNTHETIC, "label": "d1"}, {**SYNTHETIC, "label": "d2", "lr": 0.3}]
+    data["scales"]["quick"]["exclude"] = [{"method": "ditto_lam2", "dataset": "d2"}]
+    data["scales"]["smoke"]["methods"] = ["ditto_lam1"]
+    suite = load_suite(write_suite(tmp_path, data, "variants"))
+    # Execute
+    quick = expand(suite, "quick", seeds=(0,))
+    smoke = expand(suite, "smoke", seeds=(0,))
+    # Assert
+    assert [(t.dataset_label, t.method_label, t.config.local_steps) for t in quick] == [
+        ("d1", "ditto_lam0.1", 3), ("d1", "ditto_lam1", 1), ("d1", "ditto_lam2", 1),
+        ("d2", "ditto_lam0.1", 3), ("d2", "ditto_lam1", 1)]
+    assert [t.method_label for t in smoke] == ["ditto_lam1"]
+
+
 @pytest.mark.parametrize(
     ("change", "key", "words"),
     [

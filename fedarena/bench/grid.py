@@ -7,6 +7,9 @@ A trial's config is the merge, in this order, of: the config defaults, the suite
 chosen by the runner, then every matching ``overrides`` rule. It is resolved (every component's defaults
 filled in) and hashed: ``config_hash`` is the trial's identity in the tracking store, ``cell_hash``
 (the hash without the seed) groups the seeds of one table cell.
+
+Rules and a scale's ``methods`` subset name a method entry (every variant of a selected entry) or one
+variant by its own label (``ditto_best_lam_lam0.01``): e.g. a dataset that leaves out one candidate value.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fedarena.bench.select import variants
-from fedarena.bench.suite import Entry, Scale, Suite, SuiteError
+from fedarena.bench.suite import Entry, Rule, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
 from fedarena.params import ConfigError
@@ -39,6 +42,11 @@ class Combo:
         """What rules match: a method variant matches as its entry (``row``)."""
         return {"dataset": self.dataset.label, "method": self.method.row, "attack": self.attack.label,
                 "level": self.level}
+
+    def matches(self, rule: Rule) -> bool:
+        """Whether ``rule`` applies: naming the method entry or, for a variant, the variant itself."""
+        labels = self.labels()
+        return rule.applies(labels) or rule.applies({**labels, "method": self.method.label})
 
     @property
     def name(self) -> str:
@@ -87,8 +95,8 @@ def attack_levels(suite: Suite, scale: Scale, dataset: Entry, attack: Entry) -> 
 def combinations(suite: Suite, scale: Scale, datasets: tuple[Entry, ...] | None = None,
                  seeds: tuple[int, ...] | None = None) -> Iterator[Combo]:
     """The grid points in a stable order (datasets, methods, attacks, levels, seeds), minus exclusions."""
-    methods = [variant for m in suite.methods if scale.methods is None or m.label in scale.methods
-               for variant in variants(m, scale.name)]
+    methods = [variant for m in suite.methods for variant in variants(m, scale.name)
+               if scale.methods is None or {m.label, variant.label} & set(scale.methods)]
     attacks = [a for a in suite.attacks if scale.attacks is None or a.label in scale.attacks]
     rules = suite.exclude + scale.exclude
     for dataset in datasets or scale.datasets:
@@ -97,7 +105,7 @@ def combinations(suite: Suite, scale: Scale, datasets: tuple[Entry, ...] | None 
                 for level in attack_levels(suite, scale, dataset, attack):
                     for seed in seeds or scale.seeds:
                         combo = Combo(dataset, method, attack, level, seed)
-                        if not any(rule.applies(combo.labels()) for rule in rules):
+                        if not any(combo.matches(rule) for rule in rules):
                             yield combo
 
 
@@ -114,7 +122,7 @@ def build_config(suite: Suite, scale: Scale, combo: Combo, device: str) -> Exper
     data["seed"] = combo.seed
     data["device"] = device
     for rule in suite.overrides + scale.overrides:
-        if rule.applies(combo.labels()):
+        if combo.matches(rule):
             merge(data, rule.patch)
     return ExperimentConfig.from_dict(data)
 

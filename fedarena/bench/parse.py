@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedarena.bench.select import check_variant_labels, parse_select
+from fedarena.bench.select import all_variants, check_variant_labels, parse_select
 from fedarena.bench.suite import (
     LABEL,
     MATCH_KEYS,
@@ -135,7 +135,8 @@ def parse_suite(data: Any, path: Path) -> Suite:
     methods = _entries(r, data["methods"], "methods", kind="method")
     check_variant_labels(r, methods)
     attacks = _entries(r, data["attacks"], "attacks", kind="attack")
-    labels = {"method": {e.label for e in methods}, "attack": {e.label for e in attacks}}
+    labels = {"method": {v.label for e in methods for v in all_variants(e)} | {e.label for e in methods},
+              "attack": {e.label for e in attacks}}  # a selected entry's variants may be named (grid.matches)
     scales_data = r.mapping(data["scales"], "scales", SCALES, required=SCALES)
     scales = {s: _scale(r, scales_data[s], f"scales.{s}", s, labels) for s in SCALES}
     labels["dataset"] = {e.label for scale in scales.values() for e in scale.datasets}
