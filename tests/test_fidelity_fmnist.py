@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedarena.bench.grid import expand
+from fedarena.bench.parse import load_suite
 from fedarena.datasets import fmnist_reference
 from fedarena.datasets.fmnist_reference import device_counts, draw_shares, take_in_order
 from fedarena.datasets.registry import DATASETS
@@ -111,3 +113,10 @@ def test_reference_pool_is_fmnist_only_and_builds_its_own_partition(tmp_path):
     with pytest.raises(ConfigError, match="pool=reference builds the reference script's own partition"):
         build(np.random.default_rng(0), data_dir=str(tmp_path), pool="reference", partition_options={"min_size": 5})
 
+
+def test_reproduction_suites_read_fashion_mnist_as_the_reference_script():
+    # Execute
+    pools = {name: {t.config.dataset["pool"] for t in expand(load_suite(name), "paper", dataset="fmnist")}
+             for name in ("robustness", "fairness", "ditto_lambda", "clean_rounds")}
+    # Assert
+    assert pools == dict.fromkeys(pools, {"reference"})

@@ -109,6 +109,8 @@ def _problem(suite, scale: str, expand) -> str | None:
 
 
 def cmd_list(args) -> int:
+    from fedarena.bench.coverage import coverage, coverage_lines, shipped_suites
+
     rows = suite_rows(check=not args.no_check)
     print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
     for name, counts, reference, _ in rows:
@@ -117,6 +119,7 @@ def cmd_list(args) -> int:
     invalid = [(name, p) for name, _, _, problems in rows for p in problems]
     for name, problem in invalid:
         print(f"  ! {name} {problem}")
+    print("\n" + "\n".join(coverage_lines(coverage(shipped_suites()))))
     return 1 if invalid else 0
 
 

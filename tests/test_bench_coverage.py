@@ -1,0 +1,85 @@
+"""Per paper table, the published cells the suites' paper scales produce (``fedarena bench list``, issue 17)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedarena.bench.coverage import coverage, gaps, referenced_tables, shipped_suites
+from fedarena.bench.parse import load_suite
+from fedarena.cli import main
+from fedarena.config import SCALES
+from fedarena.leaderboards.paper import load_paper_tables
+
+TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
+CSV_HEADER = "paper,table,dataset,method,attack,level,acc_mean,acc_std\n"
+
+
+@pytest.mark.parametrize("reference, tables", [
+    ("Ditto Table 1, Figure 3, Tables 7-12", {"ditto": {1, 7, 8, 9, 10, 11, 12}}),
+    ("Ditto Section 4.2, Figure 4 (and the fair rows of Table 1)", {"ditto": {1}}),
+    ("Ditto Table 3, Table 6", {"ditto": {3, 6}}),
+    ("FedTilt Tables II, III, VII (repeated in its appendix as Tables V, VI)", {"fedtilt": {2, 3, 5, 6, 7}}),
+    ("Ditto Table 2 and FedTilt Table IV", {"ditto": {2}, "fedtilt": {4}}),
+    ("none (harness check; no paper table)", {}),
+    ("Ditto Appendix D.4 (the rounds procedure)", {}),
+])
+def test_a_reference_names_its_tables_per_paper(reference, tables):
+    assert referenced_tables(reference) == tables
+
+
+def write(tmp_path: Path, name: str, reference: str) -> Path:
+    """A suite whose paper scale runs global and krum on fmnist (clean, A1 20%) and global on digits."""
+    scale = {"fixed": TINY, "seeds": [0], "datasets": [
+        {"label": "fmnist", "dataset": {"name": "fmnist"}}, {"label": "digits", "dataset": {"name": "digits"}}]}
+    data = {"name": name, "reference": reference,
+            "methods": [{"label": "global", "method": {"name": "global"}},
+                        {"label": "krum", "aggregator": {"name": "krum"}}],
+            "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]},
+                        {"label": "a1", "attack": {"name": "a1"}, "levels": [0.2]}],
+            "exclude": [{"method": "krum", "dataset": "digits"}],
+            "scales": {s: scale for s in SCALES}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_cell_counts_where_a_suite_referencing_its_table_runs_it_on_the_paper_dataset(tmp_path):
+    # Prepare: Table 9 has 4 cells (global clean, global A1 20%, krum A1 80%, median A1 20%); Table 1 prints
+    # global clean as well; digits runs never count
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "ditto_table9.csv").write_text(CSV_HEADER + "".join(
+        f"ditto,9,fmnist,{m},{a},{lv},0.9,0.1\n" for m, a, lv in
+        [("global", "clean", 0), ("global", "a1", 0.2), ("krum", "a1", 0.8), ("median", "a1", 0.2)]))
+    (tmp_path / "tables" / "ditto_table1.csv").write_text(CSV_HEADER + "ditto,1,fmnist,global,clean,0,0.9,0.1\n")
+    paper = load_paper_tables(tmp_path / "tables")
+    nine, one = (load_suite(write(tmp_path, n, r), check_names=False)
+                 for n, r in (("nine", "Ditto Table 9"), ("one", "Ditto Table 1")))
+    # Execute
+    table = coverage([nine, one], paper)
+    missing = gaps([one], paper)
+    # Assert: Table 9: global clean, global A1 20% (krum A1 80% and median not run); Table 1 by suite "one"
+    assert table.values.tolist() == [["ditto", 1, 1, 1, "one"], ["ditto", 9, 4, 2, "nine"]]
+    assert sorted(missing["method_label"]) == ["global", "global", "krum", "median"]  # one names Table 1 only
+
+
+def test_every_published_cell_is_produced_by_a_suite_that_reproduces_its_table():
+    # Execute
+    suites = shipped_suites()
+    table = coverage(suites)
+    # Assert: 1,171 published cells (Ditto Tables 1-3, 5-12; FedTilt II, III, V, VI, VII), every one produced
+    assert table["cells"].sum() == 1171 and (table["produced"] == table["cells"]).all()
+    assert gaps(suites).empty
+    by_table = {(r.paper, r.table): r.suites for r in table.itertuples()}
+    assert by_table[("ditto", 5)] == "ditto_lambda" and by_table[("ditto", 10)] == "robustness"
+    assert by_table[("ditto", 6)] == "ditto_robust" and by_table[("fedtilt", 5)] == "fedtilt"
+
+
+def test_bench_list_prints_the_cells_per_table(capsys):
+    # Execute
+    code = main(["bench", "list", "--no-check"])
+    # Assert
+    out = capsys.readouterr().out
+    assert code == 0
+    assert next(line for line in out.splitlines() if line.startswith("ditto 7 ")).split()[2:4] == ["140", "140"]
+    assert next(line for line in out.splitlines() if line.startswith("all ")).split()[1:] == ["1171", "1171"]
