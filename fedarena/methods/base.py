@@ -36,6 +36,7 @@ class StepContext:
     strong_attack: bool  # Ditto D.2's "strong attack" (dynamic lambda candidates)
     train_sizes: torch.Tensor | None = None  # [n] training sample counts of the group's clients
     epoch_steps: torch.Tensor | None = None  # [n] steps in one epoch of each client (epoch mode), else None
+    train: Batch | None = None  # the group's whole training sets (methods with ``needs_train``), else None
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Method:
     evaluates = "global"  # "global" or "personal": which parameters score a client at evaluation
     uses_aggregator = True  # False: the method has no global aggregation (e.g. local training)
     needs_val = False  # True: StepContext.val is filled with the group's validation data
+    needs_train = False  # True: StepContext.train is filled with the group's whole training data
     needs_losses = False  # True: server_step needs each client's training loss at the global model
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression", "multilabel")  # dataset tasks it is defined for
@@ -93,6 +95,11 @@ class Method:
 
     # Optional post-training phase, run once after the last round when ``finalize_epochs`` > 0 (the
     # finetuning baselines): every client runs that many epochs of ``finalize_step`` minibatch steps.
+    def finalize_steps(self, sizes: np.ndarray, batch_size: int) -> np.ndarray | None:
+        """Per-client step counts of the finalize phase, run as full minibatches (as the Ditto reference
+        code finetunes); None: ``finalize_epochs`` epochs (``sizes``: the clients' training sample counts)."""
+        return None
+
     def finalize_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         raise NotImplementedError(f"method {self.name!r} sets finalize_epochs but has no finalize phase")
 

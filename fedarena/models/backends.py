@@ -3,12 +3,18 @@
 Both take stacked parameters ``[n, d]`` and a minibatch ``[n, B, ...]`` and return per-client values.
 ``sequential`` runs plain autograd client by client; ``batched`` runs all clients in one call with
 ``torch.func.vmap``. They compute the same math, so they give the same numbers (up to float rounding).
+
+A backend with a ``noise_key`` (``keyed``, one per training step) applies the model's seeded dropout:
+always in ``grad`` (training), and in ``loss`` / ``outputs`` only for a model that also drops at evaluation
+(``eval_dropout``, the Ditto reference's FEMNIST CNN). Masks follow the samples' pooled indices
+(``batch.index``), so both backends draw the same ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import torch
 from torch.func import grad_and_value, vmap
@@ -16,29 +22,49 @@ from torch.func import grad_and_value, vmap
 from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
 
+EVAL_SALT = 0x5BD1E995  # decorrelates a step's evaluation masks from its training masks
+
 
 @dataclass(frozen=True)
 class Backend:
     model: FlatModel
     batched: bool
+    noise_key: int | None = None  # this training step's dropout key (None: no dropout)
+
+    def keyed(self, key: int | None) -> Backend:
+        """The same backend with this step's dropout key."""
+        return replace(self, noise_key=key)
+
+    def dropout_key(self, evaluating: bool = False) -> int | None:
+        """The key a training (or, ``evaluating``, a loss / output) computation drops with; None: none."""
+        if self.noise_key is None or not self.model.has_dropout:
+            return None
+        if evaluating:
+            return self.noise_key ^ EVAL_SALT if self.model.eval_dropout else None
+        return self.noise_key
 
     def grad(self, params: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-client masked mean loss [n] and its gradient [n, d]."""
-        return self.grad_of(self.model.loss, params, batch)
+        """Per-client masked mean loss [n] and its gradient [n, d] (with the step's dropout, if keyed)."""
+        key = self.dropout_key()
+        if key is None:
+            return self.grad_of(self.model.loss, params, batch)
+        return self.grad_of(partial(self.model.loss, key=key), params, batch, with_ids=True)
 
     def grad_of(self, loss_fn: Callable[..., torch.Tensor], params: torch.Tensor, batch: Batch,
-                *extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                *extra: torch.Tensor, with_ids: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client value [n] and gradient [n, d] of a method's own objective
         ``loss_fn(flat, x, y, mask, *extra_row)`` (e.g. a tilted loss); ``extra`` are per-client tensors
-        [n, ...] passed row by row. Tensors that ``loss_fn`` captures are shared by every client."""
+        [n, ...] passed row by row. Tensors that ``loss_fn`` captures are shared by every client.
+        ``with_ids``: the row's sample ids (``batch.index``) come after ``x, y, mask`` (for dropout)."""
         if self.batched:
+            ids = (batch.index,) if with_ids else ()
             grads, values = vmap(grad_and_value(loss_fn), randomness="different")(
-                params, batch.x, batch.y, batch.mask, *extra)
+                params, batch.x, batch.y, batch.mask, *ids, *extra)
             return values, grads
         values, grads = [], []
         for i in range(params.shape[0]):
             p = params[i].detach().requires_grad_(True)
-            value = loss_fn(p, *self._row(batch, i), *(e[i] for e in extra))
+            value = loss_fn(p, *self._row(batch, i, with_ids), *(e[i] for e in extra))
             (g,) = torch.autograd.grad(value, p)
             values.append(value.detach())
             grads.append(g)
@@ -48,19 +74,37 @@ class Backend:
 
     @torch.no_grad()
     def loss(self, params: torch.Tensor, batch: Batch) -> torch.Tensor:
-        """Per-client masked mean loss [n] (no gradient)."""
+        """Per-client masked mean loss [n] (no gradient; dropout only for an ``eval_dropout`` model)."""
+        key = self.dropout_key(evaluating=True)
+        fn = partial(self.model.loss, key=key)
         if self.batched:
-            return vmap(self.model.loss, randomness="different")(params, batch.x, batch.y, batch.mask)
-        return torch.stack([self.model.loss(params[i], *self._row(batch, i)) for i in range(params.shape[0])])
+            return vmap(fn, randomness="different")(params, batch.x, batch.y, batch.mask, batch.index)
+        return torch.stack([fn(params[i], *self._row(batch, i, True)) for i in range(params.shape[0])])
 
-    def _row(self, batch: Batch, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Client i's minibatch; for batch-norm models without the padded tail (real samples come first),
-        so that padding never enters the batch statistics."""
-        x, y, mask = batch.x[i], batch.y[i], batch.mask[i]
+    @torch.no_grad()
+    def outputs(self, params: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """Per-client model outputs [n, B, ...] on the batch (no gradient; dropout as in ``loss``). A
+        batch-norm model's padded slots are left at zero."""
+        key = self.dropout_key(evaluating=True)
+        fn = partial(self.model.forward, key=key)
+        if self.batched:
+            return vmap(fn, randomness="different")(params, batch.x, batch.index)
+        rows = []
+        for i in range(params.shape[0]):
+            x, _, _, ids = self._row(batch, i, True)
+            out = fn(params[i], x, ids)
+            pad = batch.x.shape[1] - out.shape[0]
+            rows.append(torch.cat([out, out.new_zeros(pad, *out.shape[1:])]) if pad else out)
+        return torch.stack(rows)
+
+    def _row(self, batch: Batch, i: int, with_ids: bool = False) -> tuple[torch.Tensor, ...]:
+        """Client i's minibatch (x, y, mask[, ids]); for batch-norm models without the padded tail (real
+        samples come first), so that padding never enters the batch statistics."""
+        row = (batch.x[i], batch.y[i], batch.mask[i]) + ((batch.index[i],) if with_ids else ())
         if not self.model.has_batch_norm:
-            return x, y, mask
-        real = max(int(mask.sum()), 1)
-        return x[:real], y[:real], mask[:real]
+            return row
+        real = max(int(batch.mask[i].sum()), 1)
+        return tuple(t[:real] for t in row)
 
     def groups(self, ids):
         """Clients trained together: all at once (batched) or one by one (sequential)."""

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedarena.models.dropout import KeyedDropout
 from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
 from fedarena.params import ConfigError
 
@@ -36,6 +37,10 @@ class FlatModel:
         # batch statistics depend on which samples share a forward pass: no padding may enter them
         self.has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
         self._slots = [_owner(module, name) for name in self.names]
+        # seeded dropout (models.dropout): active in a call given a key; also at evaluation if eval_dropout
+        self._dropouts = [m for m in module.modules() if isinstance(m, KeyedDropout) and m.rate > 0]
+        self.has_dropout = bool(self._dropouts)
+        self.eval_dropout = self.has_dropout and bool(getattr(module, "eval_dropout", False))
 
     def flatten(self) -> torch.Tensor:
         """The module's current parameters as one flat vector (a copy)."""
@@ -45,21 +50,34 @@ class FlatModel:
         chunks = torch.split(flat, self.sizes)
         return {n: c.view(s) for n, c, s in zip(self.names, chunks, self.shapes, strict=True)}
 
-    def forward(self, flat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, flat: torch.Tensor, x: torch.Tensor, ids: torch.Tensor | None = None,
+                key: int | None = None) -> torch.Tensor:
         """The module applied with ``flat`` as its parameters (works under vmap and autograd).
+
+        With a ``key`` (an int), dropout layers drop with masks keyed by ``key`` and the samples' pooled
+        indices ``ids`` [B] (``models.dropout``); without one they are the identity.
 
         Same as ``torch.func.functional_call`` for a module without tied parameters, whose per-call
         bookkeeping (re-deriving ties) cost 10-15% of a small model's training step."""
         chunks = torch.split(flat, self.sizes)
         saved = []
+        keyed = key is not None and self.has_dropout
         try:
             for (owner, attr), chunk, shape in zip(self._slots, chunks, self.shapes, strict=True):
                 saved.append((owner, attr, owner._parameters[attr]))
                 owner._parameters[attr] = chunk.view(shape)
+            if keyed:
+                if ids is None:
+                    raise ValueError("a dropout key needs the samples' pooled ids")
+                for layer in self._dropouts:
+                    layer.key, layer.ids = int(key), ids
             return self.module(x)
         finally:
             for owner, attr, original in saved:
                 owner._parameters[attr] = original
+            if keyed:
+                for layer in self._dropouts:
+                    layer.key, layer.ids = None, None
 
     def per_sample_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.task == "classification":
@@ -70,9 +88,10 @@ class FlatModel:
             return F.binary_cross_entropy_with_logits(out, y, reduction="none").mean(-1)
         return 0.5 * (out - y) ** 2
 
-    def loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Masked mean loss over a (padded) minibatch, plus the SVM's l2 term."""
-        per_sample = self.per_sample_loss(self.forward(flat, x), y)
+    def loss(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+             ids: torch.Tensor | None = None, *, key: int | None = None) -> torch.Tensor:
+        """Masked mean loss over a (padded) minibatch, plus the SVM's l2 term (dropout as in ``forward``)."""
+        per_sample = self.per_sample_loss(self.forward(flat, x, ids, key), y)
         value = (per_sample * mask).sum() / mask.sum().clamp_min(1)
         if self.l2:
             value = value + self.l2 * (flat[: self.sizes[0]] ** 2).sum()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fedarena.models.dropout import KeyedDropout
 from fedarena.params import ConfigError, SectionKind
 from fedarena.registry import Registry
 
@@ -88,17 +89,24 @@ def cnn_fmnist(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
 
 
 @MODELS.register("cnn_femnist")
-def cnn_femnist(input_shape: tuple[int, ...], num_classes: int, *, dropout: float = 0.0) -> nn.Module:
+def cnn_femnist(input_shape: tuple[int, ...], num_classes: int, *, conv_dropout: float = 0.0,
+                dropout: float = 0.0, eval_dropout: bool = False) -> nn.Module:
     """Ditto's FEMNIST CNN: conv5x5x16 - pool - conv5x5x32 - pool - fc128 - fc62.
 
-    The reference adds dropout; here ``dropout`` must stay 0: dropout would draw from torch's global RNG,
-    and the same config would no longer give the same numbers."""
-    if dropout != 0.0:
-        raise ConfigError("cnn_femnist: dropout > 0 is not supported (it would make runs irreproducible); use 0")
+    The reference (litian96/ditto, flearn/models/femnist/cnn.py) drops with rate ``conv_dropout`` = 0.25
+    after the second pool and ``dropout`` = 0.5 after the 128-unit layer (TF keep_prob 0.75 / 0.5), and,
+    TF1's ``tf.nn.dropout`` having no training flag, also when it evaluates: ``eval_dropout``. Masks are
+    seeded per (round, step, sample) (``models.dropout``), so runs stay reproducible and backends agree.
+    Default: no dropout (the paper's text does not mention it)."""
+    for key, rate in (("conv_dropout", conv_dropout), ("dropout", dropout)):
+        if not 0.0 <= rate < 1.0:
+            raise ConfigError(f"cnn_femnist: {key} is a drop rate in [0, 1), got {rate}")
     c, h, w = _image_channels("cnn_femnist", input_shape), input_shape[1], input_shape[2]
     flat = 32 * (h // 4) * (w // 4)
-    return nn.Sequential(*_conv_pool(c, 16, 5), *_conv_pool(16, 32, 5), nn.Flatten(),
-                         nn.Linear(flat, 128), nn.ReLU(), nn.Dropout(dropout), nn.Linear(128, num_classes))
+    net = nn.Sequential(*_conv_pool(c, 16, 5), *_conv_pool(16, 32, 5), KeyedDropout(conv_dropout, 0), nn.Flatten(),
+                        nn.Linear(flat, 128), nn.ReLU(), KeyedDropout(dropout, 1), nn.Linear(128, num_classes))
+    net.eval_dropout = bool(eval_dropout)
+    return net
 
 
 @MODELS.register("cnn_celeba")

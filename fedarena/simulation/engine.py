@@ -8,7 +8,7 @@ history); with the trial's config it is all a checkpoint needs, since every rand
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
 from fedarena.simulation.setup import Trial
-from fedarena.simulation.streams import CORRUPT, SAMPLING, TAMPER, stream, torch_stream
+from fedarena.simulation.streams import CORRUPT, DROPOUT, DROPOUT_EVAL, SAMPLING, TAMPER, stream, torch_stream
 
 
 @dataclass
@@ -75,19 +75,35 @@ def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
 
 
 def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int,
-                steps: int, epochs: int, init: Callable, step: Callable) -> tuple[dict, torch.Tensor]:
-    """``init`` then one ``step`` per minibatch of the group's plan for ``round_idx``; returns (local, ids)."""
+                steps: int, epochs: int, init: Callable, step: Callable,
+                budget: np.ndarray | None = None) -> tuple[dict, torch.Tensor]:
+    """``init`` then one ``step`` per minibatch of the group's plan for ``round_idx``; returns (local, ids).
+    ``budget`` [n]: client j trains only its first ``budget[j]`` steps (the rest are inactive)."""
     cfg = trial.cfg
     ids = torch.as_tensor(group, device=trial.device)
     index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
+    if budget is not None:
+        step_no = torch.arange(index.shape[0], device=active.device)[:, None]
+        within = step_no < torch.as_tensor(budget, device=active.device)
+        mask, active = mask * within[..., None], active * within
     val = gather_all(trial.val, group) if trial.method.needs_val else None
+    train = gather_all(pool, group) if trial.method.needs_train else None
     sizes = torch.as_tensor(pool.sizes[group], device=trial.device)
     ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong, sizes,
-                      _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None)
+                      _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None, train)
+    keys = _dropout_keys(trial, round_idx, index.shape[0])
     local = init(w, clients, ids)
     for s in range(index.shape[0]):
-        local = step(local, gather(pool, index[s], mask[s], active[s]), ctx)
+        step_ctx = ctx if keys is None else replace(ctx, backend=ctx.backend.keyed(keys[s]))
+        local = step(local, gather(pool, index[s], mask[s], active[s]), step_ctx)
     return local, ids
+
+
+def _dropout_keys(trial: Trial, round_idx: int, num_steps: int) -> list[int] | None:
+    """One dropout key per step of the round (models with seeded dropout), the same for every group."""
+    if not trial.model.has_dropout:
+        return None
+    return [int(k) for k in stream(trial.cfg.seed, DROPOUT, round_idx).integers(2**32, size=num_steps)]
 
 
 def _epoch_steps(pool: Pooled, group: np.ndarray, batch_size: int, device: torch.device) -> torch.Tensor:
@@ -100,15 +116,18 @@ def _epoch_steps(pool: Pooled, group: np.ndarray, batch_size: int, device: torch
 def finalize(trial: Trial, state: SimState) -> SimState:
     """The method's post-training phase (``finalize_epochs`` > 0, e.g. finetuning from w* on every device):
     all clients, in groups of ``clients_per_round`` (one by one when sequential), run that many epochs
-    of ``finalize_step``. Minibatches (and persistent outliers) are keyed by round = ``cfg.rounds``."""
+    of ``finalize_step``, or, where ``finalize_steps`` gives each client a step count, that many full
+    minibatches. Minibatches (and persistent outliers) are keyed by round = ``cfg.rounds``."""
     method, cfg = trial.method, trial.cfg
     everyone = np.arange(trial.dataset.num_clients)
     pool = _round_data(trial, everyone, cfg.rounds)
     clients = state.clients
     for start in range(0, len(everyone), cfg.clients_per_round):
         for group in trial.backend.groups(everyone[start : start + cfg.clients_per_round]):
-            local, ids = _local_loop(trial, state.w, clients, pool, group, cfg.rounds, 0, method.finalize_epochs,
-                                     method.finalize_init, method.finalize_step)
+            budget = method.finalize_steps(pool.sizes[group], cfg.batch_size)
+            plan = (0, method.finalize_epochs) if budget is None else (int(budget.max()), 0)
+            local, ids = _local_loop(trial, state.w, clients, pool, group, cfg.rounds, *plan,
+                                     method.finalize_init, method.finalize_step, budget)
             clients = method.finalize_result(local, state.w, clients, ids)
     finite = _rows_finite(clients, torch.as_tensor(everyone, device=trial.device))
     diverged_at = state.diverged_at if finite or state.diverged else state.round
@@ -173,8 +192,11 @@ def _rows_finite(clients: dict, rows: torch.Tensor) -> bool:
 def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, float]]:
     """The test counts of every client and the metrics (test, and benign validation accuracy)."""
     params = trial.method.eval_params(state.w, state.clients)
-    counts = evaluate(trial.model, params, trial.test, trial.dataset.num_classes)
-    val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes)
+    keys = [None, None]
+    if trial.model.eval_dropout:  # a model that drops at evaluation too (seeded per evaluated round)
+        keys = [int(k) for k in stream(trial.cfg.seed, DROPOUT_EVAL, state.round).integers(2**32, size=2)]
+    counts = evaluate(trial.model, params, trial.test, trial.dataset.num_classes, key=keys[0])
+    val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes, key=keys[1])
     return counts, compute_metrics(counts, trial.threat.malicious, state.diverged, val)
 
 

@@ -32,11 +32,13 @@ def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: tor
 
 @torch.no_grad()
 def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes: int, *,
-             per_client_loop: bool | None = None) -> Counts:
+             per_client_loop: bool | None = None, key: int | None = None) -> Counts:
     """Counts of every client on ``pooled`` (a test or validation split).
 
     ``params`` is [d] (everyone uses the same model) or [num_clients, d] (client k uses row k).
     ``per_client_loop``: personal models one client at a time (None: on a CPU and for batch-norm models).
+    ``key``: seeded dropout at evaluation (``models.dropout``; masks follow the pooled sample indices, so
+    every path below draws the same ones); None: none.
     """
     num_clients, classes = len(pooled.sizes), max(num_classes, 1)
     dev = pooled.x.device
@@ -50,20 +52,22 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
         # a CPU, unpadded per-client passes beat vmap's padded ones (13x faster for the Fashion-MNIST CNN)
         for k in range(num_clients):
             rows = slice(int(pooled.offsets[k]), int(pooled.offsets[k] + pooled.sizes[k]))
-            out = model.forward(params if params.dim() == 1 else params[k], pooled.x[rows])
+            ids = torch.arange(rows.start, rows.stop, device=dev)
+            out = model.forward(params if params.dim() == 1 else params[k], pooled.x[rows], ids, key)
             ones = torch.ones(len(pooled.y[rows]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[rows], pooled.owner[rows], ones, num_clients, classes, sums)
     elif params.dim() == 1:
         for start in range(0, len(pooled.y), EVAL_CHUNK):
             sl = slice(start, start + EVAL_CHUNK)
-            out = model.forward(params, pooled.x[sl])
+            ids = torch.arange(start, min(start + EVAL_CHUNK, len(pooled.y)), device=dev)
+            out = model.forward(params, pooled.x[sl], ids, key)
             ones = torch.ones(len(pooled.y[sl]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[sl], pooled.owner[sl], ones, num_clients, classes, sums)
     else:
-        forward = vmap(model.forward, randomness="different")
+        forward = vmap(model.forward, in_dims=(0, 0, 0, None), randomness="different")
         for ids in _client_chunks(pooled):
             index, real = pooled.padded_index(ids)
-            out = forward(params[torch.as_tensor(ids, device=params.device)], pooled.x[index])
+            out = forward(params[torch.as_tensor(ids, device=params.device)], pooled.x[index], index, key)
             owner = torch.as_tensor(ids, device=dev)[:, None].expand_as(index)
             _accumulate(model, out.flatten(0, 1), pooled.y[index].flatten(0, 1), owner.flatten(),
                         real.to(torch.float64).flatten(), num_clients, classes, sums)
