@@ -1,7 +1,9 @@
-"""Personalisation baselines of Ditto Table 2 with per-device state: L2SGD, APFL, mapper, Per-FedAvg (HF).
+"""Personalisation baselines of Ditto Table 2 with per-device state: L2SGD, APFL, Per-FedAvg (HF); mapper
+is in ``mapper.py``.
 
-Each names its paper and the variant Ditto's comparison uses (Ditto Appendix C.2 and the reference code,
-litian96/ditto ``flearn/trainers_MTL``). All share the run's learning rate and minibatches.
+Each names its paper and the variant Ditto's comparison uses (Ditto Appendix C.2), and offers ``mode:
+reference`` for what the reference code (litian96/ditto, ``flearn/trainers_MTL``) computes where the two
+differ (``methods.fidelity``). All share the run's learning rate and minibatches.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
+from fedarena.methods.fidelity import check_mode, finetune_epochs
 from fedarena.methods.finetune import FinetunePhase
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
 
-MAPPER_CANDIDATES = (0.25, 0.5, 0.75)  # mixing weights tried per device (Ditto reference, mapper.py)
+PER_FEDAVG_BATCHES = 3  # the reference's minibatches per meta-step: inner step, outer gradient, Hessian probe
 
 
 @method("l2sgd")
@@ -24,15 +27,17 @@ class L2SGD(Method):
     C.2): a selected device takes the round's SGD steps on F_k(v_k) + (lam/2) ||v_k - w_bar||^2, w_bar the
     current mean of all personal models, kept as the "global" model. The server moves w_bar by the
     aggregate of the personal models' changes times n/K, which keeps it the exact mean under the uniform
-    mean aggregator (a robust aggregator or a model attack acts on those changes). ``lam`` >= 0: pull of
-    every personal model towards the mean of all personal models."""
+    mean aggregator (a robust aggregator or a model attack acts on those changes). ``mode: reference``
+    (trainers_MTL/l2sgd.py): a device sends v_k - w_bar instead, and w_bar += (n/K) aggregate(v_k - w_bar).
+    ``lam`` >= 0: pull of every personal model towards the mean of all personal models."""
 
     evaluates = "personal"
 
-    def __init__(self, *, lam: float = 1.0):
+    def __init__(self, *, lam: float = 1.0, mode: str = "paper"):
         if lam < 0:
             raise ConfigError(f"l2sgd lam must be >= 0, got {lam}")
         self.lam = float(lam)
+        self.mode = check_mode(self.name, mode)
 
     def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
         return {"personal": w.expand(len(sizes), -1).clone()}
@@ -47,7 +52,8 @@ class L2SGD(Method):
 
     def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
         personal = scatter_rows(clients["personal"], ids, local["v"])
-        return local["v"] - local["v0"], {**clients, "personal": personal}
+        sent = local["v"] - (local["v0"] if self.mode == "paper" else w)
+        return sent, {**clients, "personal": personal}
 
     def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         share = len(updates) / clients["personal"].shape[0]
@@ -66,26 +72,38 @@ class APFL(Method):
     and v_k <- v_k - lr alpha_k grad F_k(vbar_k), vbar_k = alpha_k v_k + (1 - alpha_k) w_k (both at the
     step's start); with ``adaptive``, alpha_k <- clip(alpha_k - alpha_lr <v_k - w_k, grad F_k(vbar_k)>, 0, 1)
     (the Ditto reference uses a fixed alpha). The server aggregates w_k - w^t; device k is evaluated with
-    alpha_k v_k + (1 - alpha_k) w. ``alpha`` in [0, 1]: initial mixing weight of the local model;
-    ``adaptive``: learn it with step ``alpha_lr``."""
+    alpha_k v_k + (1 - alpha_k) w. ``mode: reference`` (trainers_MTL/apfl.py): the round's first step takes
+    grad F_k at the interpolation the device stored when it last trained, alpha_k v_k + (1 - alpha_k) w_k
+    of its last step then (the initial model before), not at alpha_k v_k + (1 - alpha_k) w^t.
+    ``alpha`` in [0, 1]: initial mixing weight of the local model; ``adaptive``: learn it with step
+    ``alpha_lr``."""
 
     evaluates = "personal"
 
-    def __init__(self, *, alpha: float = 0.5, adaptive: bool = False, alpha_lr: float = 0.01):
+    def __init__(self, *, alpha: float = 0.5, adaptive: bool = False, alpha_lr: float = 0.01,
+                 mode: str = "paper"):
         if not 0 <= alpha <= 1 or alpha_lr < 0:
             raise ConfigError(f"apfl needs alpha in [0, 1] and alpha_lr >= 0, got {alpha}, {alpha_lr}")
         self.alpha, self.adaptive, self.alpha_lr = float(alpha), adaptive, float(alpha_lr)
+        self.mode = check_mode(self.name, mode)
 
     def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
-        return {"local": w.expand(len(sizes), -1).clone(),
-                "alpha": torch.full((len(sizes),), self.alpha, dtype=w.dtype, device=w.device)}
+        clients = {"local": w.expand(len(sizes), -1).clone(),
+                   "alpha": torch.full((len(sizes),), self.alpha, dtype=w.dtype, device=w.device)}
+        if self.mode == "reference":
+            clients["interp"] = w.expand(len(sizes), -1).clone()
+        return clients
 
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"w": w.expand(len(ids), -1).clone(), "v": clients["local"][ids], "alpha": clients["alpha"][ids]}
+        local = {"w": w.expand(len(ids), -1).clone(), "v": clients["local"][ids], "alpha": clients["alpha"][ids]}
+        if self.mode == "reference":
+            local["bar"] = clients["interp"][ids]
+        return local
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
         w, v, alpha = local["w"], local["v"], local["alpha"]
-        _, grads = ctx.backend.grad(torch.cat([w, mix(alpha, v, w)]), repeat_batch(batch, 2))
+        bar = local["bar"] if "bar" in local else mix(alpha, v, w)  # the stored one: reference, first step
+        _, grads = ctx.backend.grad(torch.cat([w, bar]), repeat_batch(batch, 2))
         g_w, g_bar = grads.chunk(2)
         if self.adaptive:
             step = self.alpha_lr * batch.active * ((v - w) * g_bar).sum(1)
@@ -96,57 +114,13 @@ class APFL(Method):
     def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
         clients = {**clients, "local": scatter_rows(clients["local"], ids, local["v"]),
                    "alpha": clients["alpha"].index_copy_(0, ids, local["alpha"])}
+        if self.mode == "reference":
+            last = mix(local["alpha"], local["v"], local["w"])
+            clients["interp"] = scatter_rows(clients["interp"], ids, last)
         return local["w"] - w, clients
 
     def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
         return mix(clients["alpha"], clients["local"], w)
-
-
-@method("mapper")
-class Mapper(Method):
-    """Model interpolation ("mapper", Mansour, Mohri, Ro, Suresh 2020) as in Ditto's reference code
-    (trainers_MTL/mapper.py): device k keeps a local model u_k and a weight lam_k, and is evaluated with
-    lam_k u_k + (1 - lam_k) w. A selected device trains, for each candidate lam in (0.25, 0.5, 0.75) on the
-    same minibatches, u and its global copy w_k jointly by SGD on F_k(lam u + (1 - lam) w_k) (gradients
-    lam g and (1 - lam) g), and keeps the candidate with the lowest mean minibatch loss over the round
-    (the reference picks by the training loss). The server aggregates w_k - w^t of the chosen candidate.
-    Devices start with lam_k = 0 (the global model). No final finetuning (the reference adds one).
-    ``candidates``: the mixing weights in [0, 1] tried per device each time it is selected."""
-
-    evaluates = "personal"
-
-    def __init__(self, *, candidates: tuple = MAPPER_CANDIDATES):
-        if not candidates or not all(0 <= c <= 1 for c in candidates):
-            raise ConfigError(f"mapper candidates must be a non-empty list of weights in [0, 1], got {candidates}")
-        self.candidates = tuple(float(c) for c in candidates)
-
-    def init_clients(self, w: torch.Tensor, sizes: np.ndarray) -> dict[str, torch.Tensor]:
-        return {"local": w.expand(len(sizes), -1).clone(),
-                "mix": torch.zeros(len(sizes), dtype=w.dtype, device=w.device)}
-
-    def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        c, n = len(self.candidates), len(ids)
-        lam = torch.tensor(self.candidates, dtype=w.dtype, device=w.device).repeat_interleave(n)  # [c * n]
-        return {"u": clients["local"][ids].repeat(c, 1), "w": w.expand(c * n, -1).clone(), "lam": lam,
-                "loss": torch.zeros(c * n, dtype=w.dtype, device=w.device)}
-
-    def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
-        c, lam = len(self.candidates), local["lam"]
-        repeated = repeat_batch(batch, c)
-        losses, g = ctx.backend.grad(mix(lam, local["u"], local["w"]), repeated)
-        return {"u": sgd(local["u"], lam[:, None] * g, ctx.lr, repeated.active),
-                "w": sgd(local["w"], (1 - lam)[:, None] * g, ctx.lr, repeated.active),
-                "lam": lam, "loss": local["loss"] + repeated.active * losses}
-
-    def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
-        c, n = len(self.candidates), len(ids)
-        best = local["loss"].view(c, n).argmin(0) * n + torch.arange(n, device=w.device)
-        clients = {**clients, "local": scatter_rows(clients["local"], ids, local["u"][best]),
-                   "mix": clients["mix"].index_copy_(0, ids, local["lam"][best])}
-        return local["w"][best] - w, clients
-
-    def eval_params(self, w: torch.Tensor, clients: dict) -> torch.Tensor:
-        return mix(clients["mix"], clients["local"], w)
 
 
 @method("per_fedavg")
@@ -154,24 +128,52 @@ class PerFedAvg(FinetunePhase):
     """Per-FedAvg with the Hessian-free update (Fallah, Mokhtari, Ozdaglar 2020, Per-FedAvg (HF)), as in
     Ditto's reference (trainers_MTL/meta.py): at each local step, with alpha = lr and outer step beta,
     g1 = grad F(w); g2 = grad F(w - alpha g1); the Hessian-vector product H g2 is approximated by
-    (grad F(w + delta g2) - grad F(w - delta g2)) / (2 delta); w <- w - beta (g2 - alpha H g2). The three
-    minibatches of the paper are the step's one minibatch here. Devices are evaluated after ``epochs``
-    epochs of local SGD from the final global model (the reference finetunes too; 0: the global model).
-    ``beta`` > 0: outer (meta) step, the reference's 0.01; ``delta`` > 0: finite-difference radius."""
+    (grad F(w + delta g2) - grad F(w - delta g2)) / (2 delta); w <- w - beta (g2 - alpha H g2).
+    ``paper``: the three minibatches of the paper are the step's one minibatch, and devices are evaluated
+    after ``epochs`` (default 1) epochs of local SGD from the final global model. ``reference``: each
+    meta-step takes three consecutive minibatches of the round (one per gradient; so local_steps must be a
+    multiple of 3: the reference's local_iters = local_steps / 3), and devices finetune from the final
+    global model for max(int(epochs * n_k / B), epochs) minibatches (default epochs 40) before evaluation.
+    ``beta`` > 0: outer (meta) step, the reference's 0.01; ``delta`` > 0: finite-difference radius;
+    ``epochs`` >= 0 (0: the global model evaluates)."""
 
-    def __init__(self, *, beta: float = 0.01, delta: float = 0.001, epochs: int = 1):
-        if beta <= 0 or delta <= 0 or epochs < 0:
-            raise ConfigError(f"per_fedavg needs beta > 0, delta > 0, epochs >= 0; got {beta}, {delta}, {epochs}")
-        super().__init__(epochs=int(epochs))
+    def __init__(self, *, beta: float = 0.01, delta: float = 0.001, epochs: int | None = None,
+                 mode: str = "paper"):
+        if beta <= 0 or delta <= 0:
+            raise ConfigError(f"per_fedavg needs beta > 0 and delta > 0; got {beta}, {delta}")
+        mode = check_mode(self.name, mode)
+        super().__init__(epochs=finetune_epochs(self.name, epochs, mode, 1), mode=mode)
         self.beta, self.delta = float(beta), float(delta)
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        if self.mode == "reference":
+            return self._reference_step(local, batch, ctx)
         w, backend = local["w"], ctx.backend
         _, g1 = backend.grad(w, batch)
         _, g2 = backend.grad(w - ctx.lr * g1, batch)
-        probes = torch.cat([w + self.delta * g2, w - self.delta * g2])
-        _, g_probe = backend.grad(probes, repeat_batch(batch, 2))
-        plus, minus = g_probe.chunk(2)
-        hvp = (plus - minus) / (2 * self.delta)
-        return {**local, "w": sgd(w, g2 - ctx.lr * hvp, self.beta, batch.active)}
+        return {**local, "w": sgd(w, g2 - ctx.lr * self._hvp(w, g2, batch, ctx), self.beta, batch.active)}
 
+    def _hvp(self, w: torch.Tensor, g2: torch.Tensor, batch: Batch, ctx: StepContext) -> torch.Tensor:
+        """Finite-difference Hessian-vector product H g2 on ``batch``."""
+        probes = torch.cat([w + self.delta * g2, w - self.delta * g2])
+        _, g_probe = ctx.backend.grad(probes, repeat_batch(batch, 2))
+        plus, minus = g_probe.chunk(2)
+        return (plus - minus) / (2 * self.delta)
+
+    def _reference_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
+        """One of a meta-step's three minibatches: the inner SGD step, the gradient there, the HVP + update."""
+        phase, w = local.get("phase", 0), local["w"]
+        if phase == 0:
+            _, g1 = ctx.backend.grad(w, batch)
+            return {**local, "phase": 1, "inner": sgd(w, g1, ctx.lr, batch.active)}
+        if phase == 1:
+            _, g2 = ctx.backend.grad(local["inner"], batch)
+            return {**local, "phase": 2, "g2": g2}
+        g2 = local["g2"]
+        return {"w": sgd(w, g2 - ctx.lr * self._hvp(w, g2, batch, ctx), self.beta, batch.active), "phase": 0}
+
+    def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
+        if local.get("phase", 0):
+            raise ConfigError(f"per_fedavg mode=reference takes {PER_FEDAVG_BATCHES} minibatches per local "
+                              "meta-step: set local_steps to a multiple of 3")
+        return super().local_result(local, w, clients, ids)
