@@ -10,12 +10,17 @@ checkpoint is recorded the metrics up to it are in the store.
 
 from __future__ import annotations
 
+import functools
 import json
+import sqlite3
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlflow.exceptions import MlflowException
 from ray import tune
+from sqlalchemy.exc import SQLAlchemyError
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
@@ -79,6 +84,42 @@ def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
     return checkpoint.path if scheme == "local" else f"{scheme}://{checkpoint.path}"
 
 
+# What a failing store raises (full disk, a server gone, a locked or broken database).
+STORE_ERRORS = (MlflowException, SQLAlchemyError, sqlite3.Error, OSError)
+
+
+def _guarded(hook):
+    """A Tune hook that stops writing at the store's first error and keeps it in ``store_error`` (Tune would
+    log and swallow it, and the trial would go on with its metrics lost). The runner's ``StoreStopper`` then
+    stops the benchmark; what was not written is recomputed on the next run, from the last recorded
+    checkpoint."""
+
+    @functools.wraps(hook)
+    def guarded(self, *args, **kwargs):
+        if self.store_error is not None:
+            return None
+        try:
+            return hook(self, *args, **kwargs)
+        except STORE_ERRORS as err:
+            self.store_error = err
+            return None
+
+    return guarded
+
+
+class StoreStopper(tune.Stopper):
+    """Stops every trial once the callback's store has failed."""
+
+    def __init__(self, callback: TrackingCallback):
+        self.callback = callback
+
+    def __call__(self, trial_id, result) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.callback.store_error is not None
+
+
 class TrackingCallback(tune.Callback):
     """Opens (or reopens, to resume) the MLflow run of each trial when it starts, logs its evaluation rounds,
     records its checkpoints, and closes it FINISHED (with its artifacts), FAILED (with the error) or, when
@@ -91,6 +132,15 @@ class TrackingCallback(tune.Callback):
         self.active: dict[str, Active] = {}  # Ray trial id -> run
         self.closed: set[str] = set()
         self.outcomes: Counter[str] = Counter()  # FINISHED / FAILED / KILLED runs of this session
+        self._closing = threading.Lock()
+        self.store_error: BaseException | None = None  # the store's first error: nothing more is written
+
+    def __getstate__(self) -> dict:  # Tune pickles its callbacks with the experiment state; a lock cannot be
+        return {k: v for k, v in self.__dict__.items() if k != "_closing"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._closing = threading.Lock()
 
     def _event(self, trials, text: str) -> None:
         self.printer.event(tally((t.status for t in trials), len(self.plan)), text)
@@ -98,6 +148,7 @@ class TrackingCallback(tune.Callback):
     def _planned(self, trial) -> Planned:
         return self.plan[trial.config["trial"]["config_hash"]]
 
+    @_guarded
     def on_trial_start(self, iteration, trials, trial, **info):
         if trial.trial_id in self.active:
             return
@@ -114,6 +165,7 @@ class TrackingCallback(tune.Callback):
         self.active[trial.trial_id] = Active(spec, run_id)
         self._event(trials, f"{spec.name}: started")
 
+    @_guarded
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self.active.get(trial.trial_id)
         if run is None or run.run_id in self.closed:
@@ -132,6 +184,7 @@ class TrackingCallback(tune.Callback):
         if not result.get("done"):
             self._event(trials, round_line(run.spec.name, result))
 
+    @_guarded
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
         run = self.active.get(trial.trial_id)
         if run is not None and not trial.last_result.get("done"):  # the final one goes with the run's end
@@ -140,6 +193,7 @@ class TrackingCallback(tune.Callback):
             tags.update({CHECKPOINT: checkpoint_uri(checkpoint), CHECKPOINT_ROUND: run.checkpoint_round})
             self.store.log_rounds(run.run_id, rounds, tags)
 
+    @_guarded
     def on_trial_recover(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
         if run is not None:
@@ -148,6 +202,7 @@ class TrackingCallback(tune.Callback):
                      else "from its start (no checkpoint yet)")
             self._event(trials, f"{run.spec.name}: failed ({_error_line(trial)}); retrying {start}")
 
+    @_guarded
     def on_trial_complete(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
         if run is None or run.run_id in self.closed or not trial.last_result.get("done"):
@@ -165,6 +220,7 @@ class TrackingCallback(tune.Callback):
         self._close(run, FINISHED)
         self._event(trials, final_line(run.spec.name, result["final"]))
 
+    @_guarded
     def on_trial_error(self, iteration, trials, trial, **info):
         run = self.active.get(trial.trial_id)
         if run is None or run.run_id in self.closed:
@@ -180,13 +236,19 @@ class TrackingCallback(tune.Callback):
         self._event(trials, f"{run.spec.name}: FAILED{why}: {error}")
 
     def close_open_runs(self) -> int:
-        """Mark runs still open (an interrupted benchmark) KILLED; the next run of the command resumes them."""
-        still_open = [run for run in self.active.values() if run.run_id not in self.closed]
-        for run in still_open:
-            rounds, tags = run.take_pending()
-            self.store.finish(run.run_id, KILLED, tags=tags, rounds=rounds)
-            self._close(run, KILLED)
-        return len(still_open)
+        """Mark runs still open (an interrupted benchmark) KILLED; the next run of the command resumes them.
+        Safe to call twice, also from the SIGTERM watchdog's thread (``guard.TermAsInterrupt``)."""
+        with self._closing:
+            still_open = [run for run in self.active.values() if run.run_id not in self.closed]
+            for run in still_open if self.store_error is None else ():
+                rounds, tags = run.take_pending()
+                try:
+                    self.store.finish(run.run_id, KILLED, tags=tags, rounds=rounds)
+                except STORE_ERRORS as err:  # left open: the next run resumes it all the same
+                    self.store_error = err
+                    break
+                self._close(run, KILLED)
+            return self.outcomes[KILLED]
 
     def _close(self, run: Active, status: str) -> None:
         self.closed.add(run.run_id)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from fedarena.config import SCALES
 from fedarena.params import ConfigError
@@ -23,7 +26,7 @@ def add_parser(sub) -> None:
     _add_run_parser(bench_sub)
     ui = sub.add_parser("ui", help="start the MLflow UI on the benchmark's tracking store")
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=_number(int, 1, 65535), default=5000)
     ui.add_argument("--tracking-uri", help="store to show (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
     ui.set_defaults(func=cmd_ui)
 
@@ -35,20 +38,45 @@ def _add_run_parser(bench_sub) -> None:
     p.add_argument("--dataset", help="only this dataset of the scale (label or name), or run the grid on "
                                      "another registered dataset")
     p.add_argument("--seeds", type=_seeds, help="comma-separated seeds replacing the scale's, e.g. 0,1,2")
-    p.add_argument("--cpus-per-trial", type=float, default=1.0)
-    p.add_argument("--gpus-per-trial", type=float, default=0.0,
+    p.add_argument("--cpus-per-trial", type=_number(float, 0, above=True), default=1.0)
+    p.add_argument("--gpus-per-trial", type=_number(float, 0), default=0.0,
                    help="GPUs per trial; fractions share a GPU (e.g. 0.25: four trials per GPU); >0 runs on CUDA")
-    p.add_argument("--max-concurrent", type=int, help="most trials at once (default: as resources allow)")
-    p.add_argument("--max-failures", type=int, default=2, help="retries of a failed trial from its checkpoint")
-    p.add_argument("--checkpoint-every", type=int, help="rounds between checkpoints (default: ~10 per trial)")
-    p.add_argument("--storage", default="ray_results", help="Ray Tune storage path (checkpoints)")
+    p.add_argument("--max-concurrent", type=_number(int, 1), help="most trials at once (default: as resources allow)")
+    p.add_argument("--max-failures", type=_number(int, 0), default=2, help="retries of a failed trial from its checkpoint")
+    p.add_argument("--checkpoint-every", type=_number(int, 0), help="rounds between checkpoints (default: ~10 per trial)")
+    p.add_argument("--storage", type=_storage, default="ray_results", help="Ray Tune storage path (checkpoints)")
     p.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite ./mlflow.db)")
-    p.add_argument("--num-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    p.add_argument("--num-cpus", type=_number(int, 1), help="CPUs of the local Ray instance (default: all)")
     p.add_argument("--dry-run", action="store_true",
                    help="validate, build every trial's plan without training, and show it; run nothing")
     p.add_argument("--retry-failed", action="store_true",
                    help="also run trials that failed before with an error a retry cannot fix (skipped by default)")
     p.set_defaults(func=cmd_bench_run)
+
+
+def _number(kind: type, low: float, high: float | None = None, above: bool = False):
+    """An argparse type: a number of ``kind`` >= ``low`` (> with ``above``), <= ``high`` if given."""
+    bounds = f"{'>' if above else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {noun} {bounds}, got {text!r}") from None
+        if value != value or value < low or (above and value == low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {noun} {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _storage(text: str) -> str:
+    """``--storage``: a local folder (created if absent) or a remote URI such as s3://bucket/path."""
+    if "://" not in text and Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder for the checkpoints (or a URI such as "
+                                         f"s3://bucket/path)")
+    return text
 
 
 def _seeds(text: str) -> tuple[int, ...]:
@@ -77,9 +105,12 @@ def cmd_bench_run(args) -> int:
         args.num_cpus, args.dry_run, args.retry_failed,
     )  # fmt: skip
     summary = run_bench(options)
-    if summary.terminated:
-        return SIGTERM_EXIT
-    return 0 if summary.ok else (2 if summary.unbuildable else 1)
+    code = SIGTERM_EXIT if summary.terminated else 0 if summary.ok else 2 if summary.unbuildable else 1
+    if summary.ray_stuck:  # Ray's processes are gone and its exit handlers would wait for them: leave now
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[str]]]:
@@ -134,14 +165,28 @@ def ui_command(uri: str, host: str, port: int) -> list[str]:
     return cmd
 
 
+def check_listen(host: str, port: int) -> None:
+    """The UI can listen on host:port (the MLflow server would log the failure and exit 0)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as err:
+        raise ConfigError(f"the UI cannot listen on {host}:{port} ({err.strerror or err}); choose another --port, "
+                          f"or --host 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)") from None
+
+
 def cmd_ui(args) -> int:
-    from fedarena.tracking import redact, sqlite_path, tracking_uri
+    from fedarena.tracking import check_store, redact, sqlite_path, tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
     db = sqlite_path(uri)
     if db is not None and not db.exists():
         raise ConfigError(f"no tracking store at {db}; fill it with `make benchmark` (fedarena bench run SUITE) "
                           f"or point --tracking-uri / $MLFLOW_TRACKING_URI at an existing one")
+    check_store(uri)  # a missing driver, a corrupt file or a server that does not answer: one line, now
+    check_listen(args.host, args.port)
     print(f"MLflow UI: http://{args.host}:{args.port}  (store: {redact(uri)}; Ctrl+C stops it)", flush=True)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: listening on {args.host}: other machines can reach this UI", flush=True)

@@ -21,9 +21,11 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -49,15 +51,29 @@ def meta_dir(storage: str | Path) -> Path | None:
 
 
 class TermAsInterrupt:
-    """Within the block, SIGTERM acts as SIGINT (Ctrl+C) and is remembered in ``received``."""
+    """Within the block, SIGTERM acts as SIGINT (Ctrl+C) and is remembered in ``received``.
 
-    def __init__(self):
+    A SIGTERM sent to the whole process group (``timeout``, a batch scheduler) also ends Ray's own processes,
+    and Ray's clean-up then waits for them for a minute before aborting. So ``on_stuck`` (close the runs,
+    print the summary, exit) runs if the benchmark has not ended ``grace_s`` after the signal."""
+
+    def __init__(self, on_stuck=None, grace_s: float = 12.0):
         self.received = False
         self._old = None
+        self._timer = threading.Timer(grace_s, on_stuck) if on_stuck else None
+        if self._timer is not None:
+            self._timer.daemon = True
 
     def _handle(self, signum, frame) -> None:
+        if not self.received and self._timer is not None:
+            self._timer.start()
         self.received = True
         signal.raise_signal(signal.SIGINT)
+
+    def done(self) -> None:
+        """The benchmark ended normally: no ``on_stuck``."""
+        if self._timer is not None:
+            self._timer.cancel()
 
     def install(self) -> None:
         """(Re)install the handler: Ray installs its own when it starts in this process."""
@@ -75,7 +91,8 @@ class TermAsInterrupt:
 
 @contextlib.contextmanager
 def ray_logs_to_file(folder: Path | None):
-    """Send the ``ray`` loggers and Python warnings to a log file in ``folder`` (console otherwise)."""
+    """Send the ``ray`` and ``mlflow`` loggers and Python warnings to a log file in ``folder`` (console
+otherwise): fedarena reports their failures itself, in one line."""
     if folder is None:
         yield None
         return
@@ -83,7 +100,7 @@ def ray_logs_to_file(folder: Path | None):
     path = folder / f"driver-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    loggers = [logging.getLogger(name) for name in ("ray", "ray.tune", "ray.train", "py.warnings")]
+    loggers = [logging.getLogger(name) for name in ("ray", "ray.tune", "ray.train", "py.warnings", "mlflow")]
     saved = [(lg, lg.handlers[:], lg.propagate) for lg in loggers]
     logging.captureWarnings(True)
     for lg in loggers:
@@ -158,7 +175,7 @@ def is_storage_full(err: BaseException) -> bool:
 
 def storage_full_message(err: BaseException, paths: dict[str, str | Path | None], needed: int | None) -> str:
     """One line: what failed, the free space of each local path, what the suite needs, that a rerun resumes."""
-    first = " ".join(str(err).split())[:200]
+    first = re.sub(r"\s*\(Background on this error at: [^)]*\)", "", " ".join(str(err).split()))[:200]
     spaces = []
     for label, path in paths.items():
         free = free_bytes(path) if path is not None else None

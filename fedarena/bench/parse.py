@@ -73,7 +73,7 @@ class _Reader:
         self.path = path
 
     def fail(self, where: str, message: str):
-        raise SuiteError(f"{self.path}: {where}: {message}")
+        raise SuiteError(f"{self.path}: {where or 'top level'}: {message}")
 
     def mapping(self, value: Any, where: str, allowed: tuple[str, ...] | None = None, required=()) -> dict:
         if not isinstance(value, dict):

@@ -19,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedarena.bench.callback import Planned, TrackingCallback
+from fedarena.bench.callback import Planned, StoreStopper, TrackingCallback
 from fedarena.bench.grid import TrialSpec, expand
 from fedarena.bench.guard import (
+    SIGTERM_EXIT,
     StorageFullError,
     SuiteLock,
     TermAsInterrupt,
@@ -51,6 +54,7 @@ from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_pay
 from fedarena.simulation.runner import code_version
 from fedarena.tracking import (
     RunStore,
+    TrackingError,
     check_store,
     redact,
     sqlite_path,
@@ -61,6 +65,8 @@ from fedarena.tracking import (
 from fedarena.tracking.runs import FAILED, FINISHED
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
+
+RAY_SHUTDOWN_S = 15.0
 
 
 @dataclass
@@ -95,10 +101,12 @@ class BenchSummary:
     skipped_failed: int = 0  # trials skipped because they failed permanently before
     unbuildable: int = 0  # trials whose plan cannot be built (dry run)
     terminated: bool = False  # SIGTERM stopped the benchmark
+    ray_stuck: bool = False  # Ray did not shut down in time (its processes were killed too): exit at once
+    not_started: int = 0  # planned trials an interrupted benchmark never started
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.killed or self.skipped_failed or self.unbuildable)
+        return not (self.failed or self.killed or self.not_started or self.skipped_failed or self.unbuildable)
 
 
 @contextlib.contextmanager
@@ -107,16 +115,26 @@ def ray_session(num_cpus: int | None):
     import ray
 
     if ray.is_initialized():
-        yield
+        yield lambda: True
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    stopped = []
     try:
-        yield
+        yield lambda: bool(stopped)
     finally:
-        ray.shutdown()
+        stopped.append(_shutdown_within(ray.shutdown, RAY_SHUTDOWN_S))
+
+
+def _shutdown_within(shutdown, seconds: float) -> bool:
+    """Run Ray's shutdown, waiting at most ``seconds``: when a group-wide SIGTERM (``timeout``, a batch
+    scheduler) also ended Ray's own processes, it would wait for them a minute and then abort."""
+    worker = threading.Thread(target=shutdown, daemon=True, name="fedarena-ray-shutdown")
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
 
 
 @contextlib.contextmanager
@@ -212,21 +230,50 @@ def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str,
     scratch = meta / "tmp" / suite if meta is not None else None
     clear_scratch(scratch)  # what a killed benchmark of this suite left (we hold the suite's lock)
     callback = TrackingCallback(store, plan, version_tags(code_version()), printer)
-    signals = TermAsInterrupt()
+    signals = TermAsInterrupt(on_stuck=lambda: _exit_stuck(summary, callback, printer, suite))
     try:
-        with signals, ray_logs_to_file(meta / "logs" if meta else None), ray_session(options.num_cpus):
+        with signals, ray_logs_to_file(meta / "logs" if meta else None), ray_session(options.num_cpus) as stopped:
             signals.install()  # after Ray's start, which installs its own SIGTERM handler
             check_resources(options.cpus_per_trial, options.gpus_per_trial)
             _fit(_tuner(options, suite, plan, callback, scale_every, scratch), callback, summary)
+            summary.terminated = signals.received
+            if callback.store_error is not None:
+                raise callback.store_error
+            _report(summary, callback, printer, suite)  # before Ray's shutdown, which may not come back
+            signals.done()
     except Exception as err:
         if is_storage_full(err):
             paths = {"storage": options.storage, "store": sqlite_path(tracking_uri(options.tracking_uri))}
             raise StorageFullError(storage_full_message(err, paths, needed)) from None
+        if err is callback.store_error:
+            raise TrackingError(f"the tracking store {redact(tracking_uri(options.tracking_uri))} failed "
+                                f"({_first_line(err)}); the benchmark stopped, nothing is lost: run the same "
+                                f"command again when the store works, unfinished trials resume") from None
         raise
-    summary.terminated = signals.received
+    summary.ray_stuck = not stopped()
+
+
+def _exit_stuck(summary: BenchSummary, callback: TrackingCallback, printer: Printer, suite: str) -> None:
+    """SIGTERM came, and Ray's clean-up hangs on its own killed processes: close the runs (KILLED: the next
+    run resumes them), print the summary and leave with SIGTERM's exit status."""
+    summary.killed = callback.close_open_runs()
+    summary.terminated = True
+    _report(summary, callback, printer, suite)
+    sys.stdout.flush()
+    os._exit(SIGTERM_EXIT)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(err).__name__
+
+
+def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer, suite: str) -> None:
     summary.finished, summary.failed = callback.outcomes[FINISHED], callback.outcomes[FAILED]
-    hint = " Run the same command again to resume." if summary.failed or summary.killed else ""
-    printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted, "
+    summary.not_started = len(callback.plan) - summary.finished - summary.failed - summary.killed
+    waiting = f", {summary.not_started} not started" if summary.not_started else ""
+    hint = " Run the same command again to resume." if summary.failed or summary.killed or waiting else ""
+    printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted{waiting}, "
                  f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
 
 
@@ -270,7 +317,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(
             name=f"{suite}-{options.scale}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
-            verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            verbose=0, callbacks=[callback], stop=StoreStopper(callback), failure_config=tune.FailureConfig(max_failures=options.max_failures),
             checkpoint_config=tune.CheckpointConfig(num_to_keep=keep)),
     )  # fmt: skip
 
