@@ -180,8 +180,8 @@ def test_bad_yaml_and_missing_scale(tmp_path):
     # Execute / Assert
     with pytest.raises(SuiteError, match=r"broken\.yaml, line 3, column 1: invalid YAML"):
         load_suite(broken)
-    with pytest.raises(SuiteError, match=r"noscale\.yaml: scales: missing key 'paper'"):
-        load_suite(missing)
+    with pytest.raises(SuiteError, match=r"noscale\.yaml: unknown scale 'paper'; choose one of smoke, quick$"):
+        expand(load_suite(missing), "paper")  # a suite defines the scales it uses (tests/test_suite_scales.py)
 
 
 def test_empty_grid_and_undefined_server_rules_fail_at_expansion(tmp_path):

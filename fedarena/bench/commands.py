@@ -125,8 +125,8 @@ def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[
         except ConfigError as err:
             rows.append((name, {}, "", [str(err)]))
             continue
-        counts = {scale: count_trials(suite, scale) for scale in SCALES}
-        problems = [p for scale in SCALES if check and (p := _problem(suite, scale, expand))]
+        counts = {scale: count_trials(suite, scale) for scale in suite.scales}  # a suite defines some scales
+        problems = [p for scale in suite.scales if check and (p := _problem(suite, scale, expand))]
         rows.append((name, counts, suite.reference or suite.description, problems))
     return rows
 
@@ -145,7 +145,7 @@ def cmd_list(args) -> int:
     rows = suite_rows(check=not args.no_check)
     print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
     for name, counts, reference, _ in rows:
-        cells = "".join(f"{counts.get(s, '?'):>7}" for s in SCALES)
+        cells = "".join(f"{counts.get(s, '-'):>7}" for s in SCALES)
         print(f"{name:<16}{cells}  {reference.splitlines()[0] if reference else ''}")
     invalid = [(name, p) for name, _, _, problems in rows for p in problems]
     for name, problem in invalid:

@@ -137,8 +137,10 @@ def parse_suite(data: Any, path: Path) -> Suite:
     attacks = _entries(r, data["attacks"], "attacks", kind="attack")
     labels = {"method": {v.label for e in methods for v in all_variants(e)} | {e.label for e in methods},
               "attack": {e.label for e in attacks}}  # a selected entry's variants may be named (grid.matches)
-    scales_data = r.mapping(data["scales"], "scales", SCALES, required=SCALES)
-    scales = {s: _scale(r, scales_data[s], f"scales.{s}", s, labels) for s in SCALES}
+    scales_data = r.mapping(data["scales"], "scales", SCALES)
+    if not scales_data:
+        r.fail("scales", f"define at least one scale; allowed: {', '.join(SCALES)}")
+    scales = {s: _scale(r, scales_data[s], f"scales.{s}", s, labels) for s in SCALES if s in scales_data}
     labels["dataset"] = {e.label for scale in scales.values() for e in scale.datasets}
     return Suite(
         name, path, r.text(data.get("description"), "description"), r.text(data.get("reference"), "reference"),

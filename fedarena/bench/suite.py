@@ -18,7 +18,7 @@ one without a name sets keys inside it)::
       - {label: a1, attack: {name: a1}, levels: [0.2, 0.5, 0.8]}
     exclude: [{method: krum, level: 0.8}]            # combinations left out (labels / levels)
     overrides: [{when: {method: ditto, dataset: femnist}, set: {patch}}]
-    scales:                           # smoke, quick and paper are all required
+    scales:                           # any of smoke, quick, paper (at least one)
       quick:
         fixed: {patch}
         datasets:                     # axis: label (the dataset run) + patch with a ``dataset``
