@@ -173,6 +173,7 @@ class TrackingCallback(tune.Callback):
         if result.get("permanent_error"):  # the trial ends without raising: Ray must not retry it
             self._fail(trials, trial, run, result["permanent_error"], permanent=True)
             return
+        self.printer.advance(run.spec.name, result)  # rounds run, for the suite's ETA and the end summary
         start = result.get("resumed_from_round", 0)
         if run.resumed_from != start:  # first report of an attempt (the first one, or a retry)
             run.pending_tags.update({"dataset_fingerprint": result.get("dataset_fingerprint", ""),

@@ -1,12 +1,20 @@
-"""Progress lines of a benchmark: one line per trial event, prefixed by the overall counts.
+"""Progress lines of a benchmark: one line per trial event, prefixed by the overall counts and, once some
+rounds have run, the suite's estimated time left; one summary line at the end::
 
-    [3/12 done | 2 running | 7 pending | 0 failed] ditto fmnist a1@0.5 s0: round 40/100 acc 0.874
+    [3/12 done | 2 running | 7 pending | 0 failed | ETA 4m10s] ditto fmnist a1@0.5 s0: round 40/100 acc 0.874
+    wall time 6m02s; slowest cells: ditto fmnist a1@0.5 (3m10s, 2 seeds), median fmnist a1@0.5 (1m02s, 2 seeds)
+
+The ETA is the rounds left (of the trials seen, plus the unseen ones at the mean length of those seen) over
+the rounds run per second of wall time so far (all trials together, so concurrency counts). A trial's time
+is Ray Tune's ``time_total_s`` of its last report; a cell's is the sum over its seeds.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -24,9 +32,10 @@ class Tally:
     pending: int
     failed: int
 
-    def prefix(self) -> str:
+    def prefix(self, eta: float | None = None) -> str:
+        left = "" if eta is None else f" | ETA {duration(eta)}"
         return (f"[{self.done}/{self.total} done | {self.running} running | {self.pending} pending | "
-                f"{self.failed} failed]")
+                f"{self.failed} failed{left}]")
 
 
 def tally(statuses: Iterable[str], total: int) -> Tally:
@@ -54,11 +63,84 @@ def final_line(name: str, final: dict) -> str:
     return f"{name}: finished at round {final.get('round')} {acc_text}" + (" DIVERGED" if final.get("diverged") else "")
 
 
-class Printer:
-    """Writes progress lines (to stdout by default; tests pass a list's ``append``)."""
+def duration(seconds: float) -> str:
+    """``0.4s``, ``42s``, ``3m07s``, ``2h05m``."""
+    if seconds < 9.95:
+        return f"{max(0.0, seconds):.1f}s"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
-    def __init__(self, emit: Callable[[str], None] | None = None):
+
+@dataclass
+class TrialProgress:
+    start_round: int  # the round this session's attempt started from (a resumed trial's checkpoint)
+    round: int
+    rounds: int
+    seconds: float = 0.0  # Ray Tune's time_total_s
+    done: bool = False
+
+
+class Progress:
+    """Rounds run per trial, for the ETA and the end summary; ``clock`` is injectable for tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.created = clock()
+        self.first_report: float | None = None
+        self.trials: dict[str, TrialProgress] = {}
+
+    def advance(self, name: str, result: dict) -> None:
+        """Record a trial's report (Ray Tune's result dict: round, rounds, done, time_total_s...)."""
+        now = self.clock()
+        if self.first_report is None:
+            self.first_report = now
+        start = int(result.get("resumed_from_round", 0) or 0)
+        trial = self.trials.setdefault(name, TrialProgress(start, start, int(result.get("rounds", 0) or 0)))
+        trial.round = max(trial.round, int(result.get("round", 0) or 0))
+        trial.seconds = float(result.get("time_total_s", trial.seconds) or 0.0)
+        trial.done = trial.done or bool(result.get("done"))
+
+    def eta(self, counts: Tally) -> float | None:
+        """Seconds left for the whole suite; None before any round has run."""
+        ran = sum(t.round - t.start_round for t in self.trials.values())
+        elapsed = self.clock() - self.first_report if self.first_report is not None else 0.0
+        if ran <= 0 or elapsed <= 0:
+            return None
+        open_trials = [t for t in self.trials.values() if not t.done]
+        unseen = max(0, counts.total - counts.done - counts.failed - len(open_trials))
+        mean_rounds = sum(t.rounds for t in self.trials.values()) / len(self.trials)
+        left = sum(max(0, t.rounds - t.round) for t in open_trials) + unseen * mean_rounds
+        return left / (ran / elapsed)
+
+    def summary(self, top: int = 3) -> str:
+        """``wall time ...; slowest cells: ...`` (a cell is a trial name without its seed)."""
+        cells: dict[str, list[float]] = {}
+        for name, trial in self.trials.items():
+            cells.setdefault(re.sub(r" s\d+$", "", name), []).append(trial.seconds)
+        ranked = sorted(cells.items(), key=lambda item: -sum(item[1]))[:top]
+        slowest = ", ".join(f"{cell} ({duration(sum(times))}, {len(times)} seed{'s' * (len(times) > 1)})"
+                            for cell, times in ranked)
+        return f"wall time {duration(self.clock() - self.created)}; " + (
+            f"slowest cells: {slowest}" if slowest else "no trial ran")
+
+
+class Printer:
+    """Writes progress lines (to stdout by default; tests pass a list's ``append``) with the suite's ETA."""
+
+    def __init__(self, emit: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
         self.emit = emit or (lambda line: print(line, file=sys.stdout, flush=True))
+        self.progress = Progress(clock)
 
     def event(self, counts: Tally, text: str) -> None:
-        self.emit(f"{counts.prefix()} {text}")
+        self.emit(f"{counts.prefix(self.progress.eta(counts))} {text}")
+
+    def advance(self, name: str, result: dict) -> None:
+        self.progress.advance(name, result)
+
+    def summary(self) -> None:
+        """The one-line end summary: wall time and the slowest cells."""
+        self.emit(self.progress.summary())

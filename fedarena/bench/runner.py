@@ -275,6 +275,7 @@ def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer,
     hint = " Run the same command again to resume." if summary.failed or summary.killed or waiting else ""
     printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted{waiting}, "
                  f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
+    printer.summary()  # wall time and the slowest cells
 
 
 def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
