@@ -83,13 +83,31 @@ def test_structure_check_catches_a_wrong_column_count():
         check_latex_structure(tex)
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
-def test_latex_compiles_standalone(tmp_path):
-    (tmp_path / "t.tex").write_text(to_latex(sample_table()), encoding="utf-8")
-    cmd = ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"]
-    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+PDFLATEX = pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex is not installed")
+
+
+def compile_latex(folder, tex: str, name: str = "t") -> str:
+    """Run pdflatex on ``tex`` in ``folder``; returns its log after asserting a PDF came out, every glyph set."""
+    (folder / f"{name}.tex").write_text(tex, encoding="utf-8")
+    cmd = ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", f"{name}.tex"]
+    done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
-    assert (tmp_path / "t.pdf").exists()
+    assert (folder / f"{name}.pdf").stat().st_size > 1000
+    log = (folder / f"{name}.log").read_text(errors="replace")
+    assert "Missing character" not in log
+    return log
+
+
+@PDFLATEX
+@pytest.mark.parametrize("booktabs", [True, False], ids=["booktabs-if-installed", "plain-rules"])
+def test_latex_compiles_standalone_with_or_without_booktabs(tmp_path, booktabs):
+    # Prepare: the plain-rules branch is what a minimal TeX install (no booktabs.sty) takes
+    tex = to_latex(sample_table())
+    if not booktabs:
+        tex = tex.replace(r"\IfFileExists{booktabs.sty}", r"\IfFileExists{no-such-package.sty}", 1)
+    # Execute / Assert
+    log = compile_latex(tmp_path, tex)
+    assert booktabs or "booktabs.sty" not in log
 
 
 def test_markdown_merges_group_headers_and_marks_bold():
@@ -121,7 +139,8 @@ def test_unknown_format_is_a_config_error():
         render(sample_table(), "pdf")
 
 
-def test_every_built_table_renders_sound_latex():
+def built_tables() -> list[Table]:
+    """Every table kind, from a hand-made frame of runs."""
     runs = pd.DataFrame(
         [
             dict(run_id=f"r{i}", status="FINISHED", dataset_label=ds, method_label=m, attack_label=a, level=lv,
@@ -133,8 +152,21 @@ def test_every_built_table_renders_sound_latex():
             ])
         ]
     )  # fmt: skip
-    tables, _, _ = leaderboard_tables(runs, ci=True)
+    return leaderboard_tables(runs, ci=True)[0]
+
+
+def test_every_built_table_renders_sound_latex():
+    tables = built_tables()
     names = [t.name for t in tables]
     assert names == ["ditto_table1", "ditto_table2", "full", "fedtilt_table3", "reproduction"]
     for table in tables:
         check_latex_structure(to_latex(table))
+
+
+@PDFLATEX
+def test_every_built_table_compiles(tmp_path):
+    # Prepare
+    tables = built_tables()
+    # Execute / Assert
+    for table in tables:
+        compile_latex(tmp_path, to_latex(table), table.name)

@@ -1,8 +1,9 @@
 """Render a :class:`~fedarena.leaderboards.tables.Table` as LaTeX, Markdown, HTML or CSV.
 
-LaTeX: a standalone-compilable ``article`` (booktabs rules, ``longtable`` so long tables break across
-pages); every special character of names and values is escaped. Markdown and HTML show the same
-blocks. CSV holds the tidy numbers behind the table (one row per cell), not the formatted text.
+LaTeX: a standalone-compilable ``article`` (booktabs rules, plain rules where booktabs is not installed;
+``longtable`` so long tables break across pages); every special character of names and values is escaped.
+Markdown and HTML show the same blocks. CSV holds the tidy numbers behind the table (one row per cell), not
+the formatted text.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ LATEX_PREAMBLE = r"""\documentclass{article}
 \usepackage[T1]{fontenc}
 \usepackage[utf8]{inputenc}
 \usepackage[landscape,margin=1.5cm]{geometry}
-\usepackage{booktabs}
 \usepackage{longtable}
+\IfFileExists{booktabs.sty}{\usepackage{booktabs}}{% a minimal TeX install: plain rules instead
+  \newcommand{\toprule}{\hline}\newcommand{\midrule}{\hline}\newcommand{\bottomrule}{\hline}
+  \def\cmidrule(##1)##2{\cline{##2}}}
 \begin{document}
 """
 
