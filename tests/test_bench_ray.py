@@ -128,3 +128,26 @@ def test_interrupted_grid_resumes_without_duplicates(ray_cluster, suite_file, tm
         assert [m.step for m in client.get_metric_history(run.info.run_id, "acc_pooled")] == [2, 4, 6]
     global_run = next(r for r in resumed if r.data.tags["method_label"] == "global")
     assert global_run.data.metrics["acc_pooled"] == pytest.approx(uninterrupted_accuracy(suite_file, "global", 1))
+
+
+def test_permanent_failure_is_attempted_once_skipped_on_rerun_and_retried_on_request(ray_cluster, suite_file,
+                                                                                     tmp_path):
+    # Prepare: every trial raises a config error at round 3 (no retry can fix it), with 2 retries allowed
+    lines = []
+    opts = options(suite_file, tmp_path, seeds=(3,), fail_permanently_at_round=3, max_failures=2)
+    # Execute
+    first = run_bench(opts, Printer(lines.append))
+    rerun = run_bench(opts, Printer(lines.append))
+    retried = run_bench(options(suite_file, tmp_path, seeds=(3,), retry_failed=True), Printer(lines.append))
+    # Assert: one attempt each, recorded FAILED/permanent with the message; the rerun ran nothing and said
+    # why; --retry-failed continued the same runs to FINISHED
+    assert (first.failed, first.finished, first.ok) == (3, 0, False)
+    assert (rerun.skipped_failed, rerun.finished, rerun.failed, rerun.ok) == (3, 0, 0, False)
+    assert any("3 trial(s) skipped: they failed with an error a rerun cannot fix" in line and "--retry-failed"
+               in line for line in lines)
+    assert any("FAILED (a retry cannot fix it: not retried): injected config error at round 3" in line
+               for line in lines)
+    assert (retried.resumed, retried.finished, retried.ok) == (3, 3, True)
+    runs, _ = runs_of(tmp_path)
+    assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
+    assert not any({"error", "failure"} & set(r.data.tags) for r in runs)

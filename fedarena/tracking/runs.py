@@ -94,10 +94,12 @@ class RunStore:
         return run_id
 
     def reopen(self, run_id: str) -> int:
-        """Mark an interrupted run RUNNING again (dropping the error of a failed attempt); returns the last
-        round it has metrics for (0: none)."""
-        if ERROR in self.client.get_run(run_id).data.tags:
-            self.client.delete_tag(run_id, ERROR)
+        """Mark an interrupted run RUNNING again (dropping the error of a failed attempt and its kind); returns
+        the last round it has metrics for (0: none)."""
+        tags = self.client.get_run(run_id).data.tags
+        for key in (ERROR, FAILURE_KIND):
+            if key in tags:
+                self.client.delete_tag(run_id, key)
         self.client.update_run(run_id, status=RUNNING)
         history = self.client.get_metric_history(run_id, HISTORY_METRIC)
         return max((m.step for m in history), default=0)
