@@ -26,6 +26,7 @@ from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.tracking import RunStore, run_params
+from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     CHECKPOINT,
     CHECKPOINT_ROUND,
@@ -155,6 +156,7 @@ class TrackingCallback(tune.Callback):
         planned = self._planned(trial)
         spec = planned.spec
         tags = {**identity_tags(spec, self.versions), "ray_trial_id": trial.trial_id}
+        tags[NOTE_TAG] = run_note(tags, spec.config.flat())  # the run's description in the MLflow UI
         if planned.run_id:
             last = self.store.reopen(planned.run_id)
             self.store.set_tags(planned.run_id, tags)

@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     ui.add_argument("--port", type=_number(int, 1, 65535), default=5000)
     ui.add_argument("--tracking-uri", help="store to show (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
+    ui.add_argument("--suite", help="suite whose runs table to open (default: the suite run most recently)")
     ui.set_defaults(func=cmd_ui)
 
 
@@ -179,15 +180,20 @@ def check_listen(host: str, port: int) -> None:
 
 def cmd_ui(args) -> int:
     from fedarena.tracking import check_store, redact, sqlite_path, tracking_uri
+    from fedarena.tracking.view import pick_suite, prepare_view, runs_url
 
     uri = tracking_uri(args.tracking_uri)
     db = sqlite_path(uri)
     if db is not None and not db.exists():
         raise ConfigError(f"no tracking store at {db}; fill it with `make benchmark` (fedarena bench run SUITE) "
                           f"or point --tracking-uri / $MLFLOW_TRACKING_URI at an existing one")
-    check_store(uri)  # a missing driver, a corrupt file or a server that does not answer: one line, now
+    client = check_store(uri)  # a missing driver, a corrupt file or a server that does not answer: one line, now
     check_listen(args.host, args.port)
+    view = prepare_view(client, pick_suite(client, redact(uri), args.suite))  # runs table, metric columns
     print(f"MLflow UI: http://{args.host}:{args.port}  (store: {redact(uri)}; Ctrl+C stops it)", flush=True)
+    described = f"; {view.described} run descriptions written" if view.described else ""
+    print(f"suite {view.name!r} ({view.runs} runs{described}), accuracy and fairness columns: "
+          f"{runs_url(args.host, args.port, view.experiment_id)}", flush=True)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: listening on {args.host}: other machines can reach this UI", flush=True)
     server = subprocess.Popen(ui_command(uri, args.host, args.port))
