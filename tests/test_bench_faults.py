@@ -85,6 +85,7 @@ def assert_complete(folder: Path, trials: int = 2) -> None:
     found = runs(folder)
     assert len({h for h, _, _ in found}) == trials and len(found) == trials, found
     assert all(status == "FINISHED" and rounds == 30 for _, status, rounds in found), found
+    assert not list((folder / "ray").rglob("checkpoint_*"))  # removed once the runs were FINISHED
 
 
 def assert_clean(output: str) -> None:

@@ -89,6 +89,7 @@ def test_grid_is_tracked_then_skipped_on_rerun(ray_cluster, suite_file, tmp_path
     ditto = next(r for r in runs if r.data.tags["method_label"] == "ditto_lam0.5")
     assert ditto.data.metrics["acc_pooled"] == pytest.approx(uninterrupted_accuracy(suite_file, "ditto_lam0.5", 0))
     assert any("3 already finished" in line for line in lines)
+    assert not list((tmp_path / "ray").rglob("checkpoint_*"))  # removed once their runs were FINISHED
     assert any("ditto_lam0.5 syn clean s0: round 4/6 acc" in line for line in lines)
 
 
@@ -126,6 +127,7 @@ def test_interrupted_grid_resumes_without_duplicates(ray_cluster, suite_file, tm
     assert not any("error" in r.data.tags for r in resumed)
     for run in resumed:
         assert [m.step for m in client.get_metric_history(run.info.run_id, "acc_pooled")] == [2, 4, 6]
+    assert not list((tmp_path / "ray").rglob("checkpoint_*"))  # the failed attempts' ones included
     global_run = next(r for r in resumed if r.data.tags["method_label"] == "global")
     assert global_run.data.metrics["acc_pooled"] == pytest.approx(uninterrupted_accuracy(suite_file, "global", 1))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import sqlite3
 import threading
 from collections import Counter
@@ -221,6 +222,7 @@ class TrackingCallback(tune.Callback):
             files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
             self.store.finish(run.run_id, FINISHED, files, tags, rounds)
         self._close(run, FINISHED)
+        remove_checkpoints(trial.path, self._planned(trial).resume_from)
         self._event(trials, final_line(run.spec.name, result["final"]))
 
     @_guarded
@@ -256,6 +258,17 @@ class TrackingCallback(tune.Callback):
     def _close(self, run: Active, status: str) -> None:
         self.closed.add(run.run_id)
         self.outcomes[status] += 1
+
+
+def remove_checkpoints(trial_dir: str, resumed_from: str | None) -> None:
+    """Once a trial's run is FINISHED (its result and client table are MLflow artifacts), its checkpoints are
+    of no use: remove them from local storage (a paper-scale Ditto checkpoint is gigabytes), with the earlier
+    benchmark's checkpoint it resumed from. Remote storage (s3://...) is left to its lifecycle rules."""
+    folders = [p for p in Path(trial_dir).glob("checkpoint_*") if p.is_dir()] if "://" not in trial_dir else []
+    if resumed_from and "://" not in resumed_from and Path(resumed_from).name.startswith("checkpoint_"):
+        folders.append(Path(resumed_from))
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _numbers(entry: dict) -> dict:
