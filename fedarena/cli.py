@@ -32,9 +32,17 @@ def add_run_parser(sub) -> None:
         p.add_argument("--" + flag.replace("_", "-"), type=kind, dest=flag, help=f"sets {key}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any setting, e.g. lam=0.1, dataset.num_clients=50, aggregator.eps=0.5")
-    p.add_argument("--out", type=Path, required=True, help="result JSON file")
+    p.add_argument("--out", type=_result_file, required=True, help="result JSON file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+
+def _result_file(text: str) -> Path:
+    """``--out``: a file name (its folder is created when the result is written), not an existing folder."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name such as {path / 'result.json'}")
+    return path
 
 
 def config_from_args(args) -> ExperimentConfig:

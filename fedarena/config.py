@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,14 +77,18 @@ class ExperimentConfig:
                 raise ConfigError(f"{key} must be an integer, got {getattr(self, key)!r}")
         if self.local_steps < 0 or self.local_epochs < 0 or (self.local_steps == 0 and self.local_epochs == 0):
             raise ConfigError("set local_steps >= 1 (steps per round) or local_epochs >= 1 (epochs per round)")
-        if self.data_seed is not None and not isinstance(self.data_seed, int):
-            raise ConfigError(f"data_seed must be an integer or null, got {self.data_seed!r}")
-        if not isinstance(self.lr, (int, float)) or self.lr <= 0:
-            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
+        for key in ("seed", "data_seed"):  # numpy's seed streams take integers >= 0
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"{key} must be an integer >= 0{' or null' if key == 'data_seed' else ''}, got {value!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < math.inf:
+            raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
         self.lr = float(self.lr)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("sampling", self.sampling, SAMPLINGS)
         _check_choice("on_divergence", self.on_divergence, ON_DIVERGENCE)
+        if not isinstance(self.device, str):
+            raise ConfigError(f"device must be cpu, cuda, cuda:N or auto; got {self.device!r}")
 
     def flat(self) -> dict[str, Any]:
         """Dotted key -> value (e.g. ``method.lam``), the form logged as MLflow params."""
@@ -148,7 +153,7 @@ def apply_override(data: dict, key: str, value: Any, section_params: dict[str, s
         section, sub = key.split(".", 1)
         if section not in SECTIONS:
             raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {', '.join(SECTIONS)}")
-        _set_nested(data.setdefault(section, {}), sub.split("."), value)
+        _set_nested(data.setdefault(section, {}), sub.split("."), value, key)
         return
     top_level = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(SECTIONS)
     if key in top_level:
@@ -162,7 +167,10 @@ def apply_override(data: dict, key: str, value: Any, section_params: dict[str, s
     data.setdefault(owners[0], {})[key] = value
 
 
-def _set_nested(target: dict, path: list[str], value: Any) -> None:
+def _set_nested(target: dict, path: list[str], value: Any, key: str) -> None:
     for part in path[:-1]:
         target = target.setdefault(part, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"cannot set {key!r}: {part!r} holds {target!r}, not a mapping of options; "
+                              f"set section.option (e.g. dataset.num_clients=50)")
     target[path[-1]] = value

@@ -38,13 +38,31 @@ def resolve(kind: str, name: str, fn: Callable, given: Mapping[str, Any], exclud
         raise ConfigError(f"unknown parameter(s) {unknown} for {kind} {name!r}; allowed: {listing}")
     resolved = {}
     for key, default in allowed.items():
-        if key in given:
+        if key in given and given[key] is None and not _nullable(fn, key, default):
+            raise ConfigError(f"{kind} {name!r}: {key} cannot be null; give a value like its default {default!r}")
+        if key in given and default is None:  # checked against its annotated type, kept as given
+            coerce(kind, name, key, given[key], OPTIONAL_TYPES.get(_annotation(fn, key)))
+            resolved[key] = given[key]
+        elif key in given:
             resolved[key] = coerce(kind, name, key, given[key], default)
         elif default is inspect.Parameter.empty:
             raise ConfigError(f"{kind} {name!r} needs parameter {key!r}")
         else:
             resolved[key] = default
     return resolved
+
+
+OPTIONAL_TYPES = {"int | None": 0, "float | None": 0.0, "str | None": "", "tuple | None": (), "dict | None": {}}
+"""A hyperparameter's annotation (default None) -> a value of its type, to check a given value against."""
+
+
+def _annotation(fn: Callable, key: str) -> str:
+    return str(inspect.signature(fn).parameters[key].annotation)
+
+
+def _nullable(fn: Callable, key: str, default: Any) -> bool:
+    """Whether a hyperparameter takes null: its default is None (or it has none) or its annotation says so."""
+    return default is None or default is inspect.Parameter.empty or "None" in _annotation(fn, key)
 
 
 def coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
@@ -61,11 +79,28 @@ def coerce(kind: str, name: str, key: str, value: Any, default: Any) -> Any:
         if not value.is_integer():
             raise ConfigError(f"{kind} {name!r}: {key} must be a whole number, got {value!r}")
         return int(value)
-    if isinstance(default, tuple) and isinstance(value, list):
-        return tuple(value)
-    if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+    if isinstance(default, tuple):
+        return _coerce_list(f"{kind} {name!r}: {key}", value, default)
+    if isinstance(default, (int, float)) and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ConfigError(f"{kind} {name!r}: {key} must be a number, got {value!r}")
+    if isinstance(default, dict) and not isinstance(value, dict):
+        raise ConfigError(f"{kind} {name!r}: {key} must be a mapping such as {{key: value}}, got {value!r}")
+    if isinstance(default, str) and not isinstance(value, str):
+        raise ConfigError(f"{kind} {name!r}: {key} must be text such as {default!r}, got {value!r}")
     return value
+
+
+def _coerce_list(what: str, value: Any, default: tuple) -> tuple:
+    """A list for a tuple default; where the default holds only integers (or numbers), so must the value."""
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{what} must be a list such as {list(default)!r}, got {value!r}")
+    numbers = [d for d in default if isinstance(d, (int, float)) and not isinstance(d, bool)]
+    if default and len(numbers) == len(default):
+        wanted = int if all(isinstance(d, int) for d in default) else (int, float)
+        if not all(isinstance(v, wanted) and not isinstance(v, bool) for v in value):
+            kind = "whole numbers" if wanted is int else "numbers"
+            raise ConfigError(f"{what} must be a list of {kind} such as {list(default)!r}, got {value!r}")
+    return tuple(value)
 
 
 def _no_structure(section: Mapping[str, Any]) -> dict:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedarena.params import SectionKind
+from fedarena.params import ConfigError, SectionKind
 from fedarena.registry import Registry
 
 
@@ -34,7 +34,19 @@ def register_dataset(name: str, *, model: str) -> Callable:
 def dataset_options(name: str, options: dict) -> dict:
     """The dataset's options with defaults filled in; unknown keys raise ConfigError."""
     resolved = DATASET_SECTION.resolve({"name": name, **options})
+    check_shared_options(name, resolved)
     return {k: v for k, v in resolved.items() if k != "name"}
+
+
+def check_shared_options(name: str, options: dict) -> None:
+    """Options many builders share, checked before any data is read: ``num_clients`` (a positive integer)
+    and ``partition_options`` (a mapping)."""
+    clients = options.get("num_clients")
+    if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
+        raise ConfigError(f"dataset {name!r}: num_clients must be a positive integer, got {clients!r}")
+    if not isinstance(options.get("partition_options") or {}, dict):
+        raise ConfigError(f"dataset {name!r}: partition_options must be a mapping of the partition's options "
+                          f"(e.g. {{alpha: 0.5}}), got {options['partition_options']!r}")
 
 
 def build_dataset(name: str, options: dict, rng: np.random.Generator):

@@ -81,8 +81,8 @@ def _conv_pool(c_in: int, c_out: int, k: int) -> list[nn.Module]:
 @MODELS.register("cnn_fmnist")
 def cnn_fmnist(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     """Ditto's Fashion-MNIST CNN: conv5x5x32 - maxpool2 - conv5x5x64 - maxpool2 - fc1024 - fc10."""
-    c, h, w = input_shape[0], input_shape[-2], input_shape[-1]
     _image_channels("cnn_fmnist", input_shape)
+    c, h, w = input_shape[0], input_shape[-2], input_shape[-1]
     flat = 64 * (h // 4) * (w // 4)
     return nn.Sequential(*_conv_pool(c, 32, 5), *_conv_pool(32, 64, 5), nn.Flatten(),
                          nn.Linear(flat, 1024), nn.ReLU(), nn.Linear(1024, num_classes))

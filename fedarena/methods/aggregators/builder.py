@@ -68,7 +68,7 @@ class Aggregator:
 
 def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
     pre = section.get("pre") or ()
-    if isinstance(pre, str) or not all(isinstance(p, str) for p in pre):
+    if not isinstance(pre, (list, tuple)) or not all(isinstance(p, str) for p in pre):
         raise ConfigError(
             f"aggregator 'pre' must be a list of names ({', '.join(PRE_AGGREGATORS.names())}), got {pre!r}"
         )
