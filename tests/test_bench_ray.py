@@ -90,6 +90,10 @@ def test_grid_is_tracked_then_skipped_on_rerun(ray_cluster, suite_file, tmp_path
     assert ditto.data.metrics["acc_pooled"] == pytest.approx(uninterrupted_accuracy(suite_file, "ditto_lam0.5", 0))
     assert any("3 already finished" in line for line in lines)
     assert not list((tmp_path / "ray").rglob("checkpoint_*"))  # removed once their runs were FINISHED
+    cost = ditto.data.metrics  # what the trial cost: 6 rounds, 3 evaluations, checkpoints at rounds 2 and 4
+    assert (cost["cost_round_calls"], cost["cost_eval_calls"], cost["cost_checkpoint_calls"]) == (6, 3, 2)
+    assert cost["cost_round_ms"] == pytest.approx(1000 * cost["cost_round_s"] / 6)
+    assert cost["cost_total_s"] >= cost["cost_round_s"] + cost["cost_eval_s"] and cost["cost_peak_rss_mb"] > 0
     assert any("ditto_lam0.5 syn clean s0: round 4/6 acc" in line for line in lines)
 
 

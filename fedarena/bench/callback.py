@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
+from fedarena.simulation.costs import cost_metrics
 from fedarena.tracking import RunStore, run_params
 from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
@@ -218,6 +219,8 @@ class TrackingCallback(tune.Callback):
                     run.pending_rounds[entry["round"]] = _numbers(entry)
                     run.last_round = entry["round"]
             rounds, tags = run.take_pending()
+            final_round = result["final"]["round"]  # what the trial's last attempt cost, at its last round
+            rounds[final_round] = {**rounds.get(final_round, {}), **cost_metrics(result.get("cost", {}))}
             tags.update({"diverged": bool(result["final"]["diverged"]), FAILURES: trial.num_failures})
             files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
             self.store.finish(run.run_id, FINISHED, files, tags, rounds)

@@ -304,7 +304,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
         every = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
-            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks)
+            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks, cpus=options.cpus_per_trial)
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()

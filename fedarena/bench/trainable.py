@@ -38,12 +38,14 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 from ray import tune
 
 from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
+from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState
 from fedarena.simulation.runner import run_experiment, write_result
 from fedarena.simulation.setup import Trial, build_trial
@@ -70,14 +72,15 @@ PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, K
 
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
                   resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
-                  hooks: dict | None = None) -> dict:
+                  hooks: dict | None = None, cpus: float | None = None) -> dict:
     """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
     ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
     benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
-    ``hooks``: the test hooks (``fail_once_at_round``, ``fail_permanently_at_round``)."""
+    ``hooks``: the test hooks (``fail_once_at_round``, ``fail_permanently_at_round``); ``cpus``: the trial's
+    CPU share (its torch threads)."""
     return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
             "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
-            "driver": driver, **(hooks or {})}
+            "driver": driver, "cpus": cpus, **(hooks or {})}
 
 
 def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
@@ -109,9 +112,10 @@ class Reporter:
     """The ``on_round`` hook of ``simulate``: reports metrics and checkpoints to Ray Tune (evaluations only
     when the trial checkpoints at all, ``checkpoint_every > 0``)."""
 
-    def __init__(self, trial: Trial | None, payload: dict, start_round: int):
+    def __init__(self, trial: Trial | None, payload: dict, start_round: int, meter: CostMeter | None = None):
         self.trial, self.payload, self.start = trial, payload, start_round
         self.every = payload["checkpoint_every"]
+        self.meter = meter or CostMeter()
 
     def start_trial(self, trial: Trial) -> SimState | None:
         """``run_experiment``'s start hook: check the trial is the driver's, and restore its latest state."""
@@ -140,7 +144,8 @@ class Reporter:
         if not checkpoint:
             tune.report(result)
             return
-        with tempfile.TemporaryDirectory(prefix="fedarena-ckpt-", dir=_scratch(self.payload)) as tmp:
+        with self.meter.phase("checkpoint"), tempfile.TemporaryDirectory(
+                prefix="fedarena-ckpt-", dir=_scratch(self.payload)) as tmp:  # saved and persisted by Tune
             save_state(Path(tmp), state, self.payload["config_hash"])
             tune.report(result, checkpoint=tune.Checkpoint.from_directory(tmp))
 
@@ -156,10 +161,11 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
     _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):
         return
+    _limit_threads(payload.get("cpus"))
     reporter = Reporter(None, payload, 0)
     try:
         result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round,
-                                reporter.start_trial)
+                                reporter.start_trial, reporter.meter)
     except PERMANENT as err:  # reported as the trial's end: Ray would retry a raised error in vain
         round_idx = reporter.trial.cfg.rounds if reporter.trial is not None else 0
         tune.report({"round": 0, "done": True, "evaluated": False, "permanent_error": _one_line(err),
@@ -168,6 +174,13 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
     with tempfile.TemporaryDirectory(prefix="fedarena-final-", dir=_scratch(payload)) as tmp:
         write_final(Path(tmp), result)
         reporter.finish(result["final"]["round"], Path(tmp))
+
+
+def _limit_threads(cpus: float | None) -> None:
+    """As many torch threads as the trial's CPU share: trials that share a machine must not each start a
+    thread per core (set-up and rounds slow down many-fold when they do)."""
+    if cpus:
+        torch.set_num_threads(max(1, int(cpus)))
 
 
 def _one_line(err: BaseException) -> str:

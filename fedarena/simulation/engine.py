@@ -7,6 +7,7 @@ history); with the trial's config it is all a checkpoint needs, since every rand
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from fedarena.methods.base import ServerInfo, StepContext
+from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
@@ -200,25 +202,35 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
     return counts, compute_metrics(counts, trial.threat.malicious, state.diverged, val)
 
 
+def _no_phase(name: str):
+    return contextlib.nullcontext()
+
+
 def simulate(trial: Trial, state: SimState | None = None,
-             on_round: Callable[[SimState, dict | None], None] | None = None) -> tuple[SimState, Counts]:
+             on_round: Callable[[SimState, dict | None], None] | None = None,
+             meter: CostMeter | None = None) -> tuple[SimState, Counts]:
     """Run the remaining rounds; evaluate every ``eval_every`` rounds and after the last one (after the
     method's ``finalize`` phase, if it has one).
 
     ``on_round(state, metrics_or_None)`` is called after every round (progress bars, checkpoints, Ray).
     A diverged run stops (``on_divergence=stop``) or goes on without the non-finite update (``continue``).
+    ``meter`` times the training rounds (``round``) and evaluations (``eval``).
     """
     cfg = trial.cfg
     state = state or initial_state(trial)
+    phase = meter.phase if meter is not None else _no_phase
     counts = None
     while state.round < cfg.rounds:
-        state = run_round(trial, state)
+        with phase("round"):
+            state = run_round(trial, state)
         stop = state.diverged and cfg.on_divergence == "stop"
         if state.round == cfg.rounds and trial.method.finalize_epochs and not stop:
-            state = finalize(trial, state)
+            with phase("finalize"):
+                state = finalize(trial, state)
         metrics = None
         if state.round % cfg.eval_every == 0 or state.round == cfg.rounds or stop:
-            counts, metrics = evaluate_state(trial, state)
+            with phase("eval"):
+                counts, metrics = evaluate_state(trial, state)
             state.history.append({"round": state.round, **metrics})
         if on_round is not None:
             on_round(state, metrics)

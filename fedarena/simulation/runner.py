@@ -13,6 +13,7 @@ import torch
 
 import fedarena
 from fedarena.config import ExperimentConfig
+from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
 from fedarena.simulation.metrics import client_table
 from fedarena.simulation.setup import Trial, build_trial
@@ -50,15 +51,19 @@ def result_record(trial: Trial, state: SimState, counts) -> dict:
 
 
 def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
-                   start: Callable[[Trial], SimState | None] | None = None) -> dict:
+                   start: Callable[[Trial], SimState | None] | None = None, meter: CostMeter | None = None) -> dict:
     """One experiment, as ``fedarena run`` and every benchmark trial run it: build the trial (every check
     before training), ``start(trial)`` (returns a state to resume from, or None for a fresh start; a
     caller's set-up, e.g. a progress bar), run the remaining rounds (``on_round`` after each) and package
-    the result record."""
-    trial = build_trial(cfg)
+    the result record, with what it cost (``cost``: seconds per phase, peak memory; ``meter`` may be the
+    caller's, to time its own phases such as checkpoints)."""
+    meter = meter or CostMeter()
+    with meter.phase("setup"):
+        trial = build_trial(cfg)
+    meter.device = trial.device
     state = start(trial) if start is not None else None
-    state, counts = simulate(trial, state, on_round=on_round)
-    return result_record(trial, state, counts)
+    state, counts = simulate(trial, state, on_round=on_round, meter=meter)
+    return {**result_record(trial, state, counts), "cost": meter.summary()}
 
 
 def _json_safe(value):

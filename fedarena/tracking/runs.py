@@ -11,7 +11,10 @@
   and ``variant`` (e.g. ``aggregator.eps=0.5``).
 - Metrics: ``METRICS`` (every metric the engine registers, ``simulation.metrics``) at every evaluation
   round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients).
-  The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end).
+  The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end). At the last
+  round, what the trial's last attempt cost (``simulation.costs``): ``cost_total_s``, ``cost_round_ms``,
+  ``cost_eval_s``, ``cost_checkpoint_s``, ``cost_setup_s`` (with ``*_calls``), ``cost_peak_rss_mb`` and on CUDA
+  ``cost_peak_round_mb`` / ``cost_peak_eval_mb``.
 - Artifacts: ``config.json`` (at the start), ``result.json`` and ``clients.csv`` (the per-client table
   of the last evaluation) at the end. Status: FINISHED, FAILED or KILLED (interrupted).
 """
@@ -29,6 +32,7 @@ from typing import Any
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.tracking import MlflowClient
 
+from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
@@ -156,8 +160,10 @@ class RunStore:
 
 
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
-    """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics)."""
-    return [Metric(key, float(metrics[key]), now, round_idx) for key in METRICS
+    """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics), and
+    what the run cost (``cost_*``, at its last round)."""
+    keys = [*METRICS, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
+    return [Metric(key, float(metrics[key]), now, round_idx) for key in keys
             if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
 
 
