@@ -58,9 +58,10 @@ def write_clients(path: Path, acc: float) -> Path:
     return path
 
 
-def fill_store(folder: Path, described: bool = True, status: str = "FINISHED") -> str:
+def fill_store(folder: Path, described: bool = True, status: str = "FINISHED", ran: str | None = None) -> str:
     """The suite's runs in ``folder/mlflow.db`` (artifacts in ``folder/mlartifacts``); returns the URI.
-    ``described=False``: runs without a description (as tracked by older versions)."""
+    ``described=False``: runs without a description (as tracked by older versions); ``ran``: the dataset the
+    runs say they ran and are labelled with (e.g. ``fmnist``, a paper's dataset), instead of ``synthetic``."""
     path = folder / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(SUITE))
     uri = f"sqlite:///{folder}/mlflow.db"
@@ -68,9 +69,13 @@ def fill_store(folder: Path, described: bool = True, status: str = "FINISHED") -
     store = RunStore(client, suite_experiment(client, uri, NAME))
     for spec in expand(load_suite(path), "smoke"):
         tags = {**identity_tags(spec, VERSIONS), "dataset_fingerprint": FINGERPRINT}
+        params = run_params(spec.config.flat())
+        if ran:
+            tags.update(dataset_label=ran, dataset_name=ran)
+            params["dataset.name"] = ran
         if described:
             tags[NOTE_TAG] = run_note(tags, spec.config.flat())
-        run_id = store.open(spec.name, run_params(spec.config.flat()), tags, spec.config.to_dict())
+        run_id = store.open(spec.name, params, tags, spec.config.to_dict())
         acc = final_accuracy(spec)
         clients = write_clients(folder / "clients.csv", acc)
         store.finish(run_id, status, [clients], {"diverged": False}, {2: metrics(acc / 2), 4: metrics(acc)})

@@ -114,7 +114,12 @@ def build_leaderboards(
     out.mkdir(parents=True, exist_ok=True)
     paths = write_tables(tables, out, fmt)
     if figures:
-        shown = chosen_runs(prepared, cells)
-        history = read_histories(tracking_uri, list(shown["run_id"]))
-        paths += write_figures(cells, shown, history, out)
+        paths += figure_files(tracking_uri, cells, prepared, out)
     return paths
+
+
+def figure_files(tracking_uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, out: Path) -> list[Path]:
+    """Figure 3, Figure 5 and the learning curves of the runs the tables show, as PNG files in ``out``."""
+    shown = chosen_runs(prepared, cells)
+    history = read_histories(tracking_uri, list(shown["run_id"]))
+    return write_figures(cells, shown, history, out)

@@ -27,6 +27,7 @@ from fedarena.leaderboards.tables import label, setting_label, sort_key  # noqa:
 
 ROBUST = ("median", "krum", "multi_krum", "clipping", "k_norm", "k_loss", "fedmgda_plus")
 FIGURE_METHODS = ("global", *ROBUST, "ditto")
+MIN_WIDTH = 6.5  # inches: room for a title naming a stand-in dataset above a single panel
 
 
 def palette(methods) -> dict:
@@ -66,7 +67,7 @@ def plot_figure3(data: pd.DataFrame, title: str, path: Path, colors: dict | None
     attacks = _ordered(data, "attack_label")
     methods = _ordered(data, "method_label")
     fig, axes = plt.subplots(
-        1, len(attacks), figsize=(4.5 * len(attacks), 4), squeeze=False, sharey=True, layout="constrained"
+        1, len(attacks), figsize=(max(MIN_WIDTH, 4.5 * len(attacks)), 4), squeeze=False, sharey=True, layout="constrained"
     )
     width = 0.8 / len(methods)
     for ax, attack in zip(axes[0], attacks, strict=True):
@@ -89,7 +90,7 @@ def plot_figure5(data: pd.DataFrame, title: str, path: Path, colors: dict | None
     colors = colors or palette(data["method_label"])
     levels = _ordered(data, "level")
     fig, axes = plt.subplots(
-        1, len(levels), figsize=(4.2 * len(levels), 3.8), squeeze=False, layout="constrained"
+        1, len(levels), figsize=(max(MIN_WIDTH, 4.2 * len(levels)), 3.8), squeeze=False, layout="constrained"
     )
     for ax, level in zip(axes[0], levels, strict=True):
         part = data[data["level"] == level]
@@ -150,8 +151,8 @@ def write_figures(
     colors = palette(cells["method_label"])
     paths = []
     for dataset in _ordered(cells, "dataset_label"):
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", str(dataset))
-        shown = _run_on(cells, dataset)
+        stem = file_stem(dataset)
+        shown = run_on(cells, dataset)
         jobs = [
             (
                 plot_figure3,
@@ -173,7 +174,12 @@ def write_figures(
     return paths
 
 
-def _run_on(cells: pd.DataFrame, dataset: str) -> str:
+def file_stem(dataset: str) -> str:
+    """A dataset label as a file-name part."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(dataset))
+
+
+def run_on(cells: pd.DataFrame, dataset: str) -> str:
     """The dataset label, with the dataset really run when the label names none ("my_mix (run on digits)")."""
     names = cells.loc[cells["dataset_label"] == dataset, "dataset_names"] if "dataset_names" in cells else []
     used = sorted({n for joined in names for n in str(joined).split(",") if n and n != dataset})

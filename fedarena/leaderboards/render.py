@@ -154,6 +154,17 @@ def _html_block(block: Block) -> list[str]:
     return lines
 
 
+def html_fragment(table: Table, anchor: str = "") -> list[str]:
+    """The table's title, blocks and footnotes as HTML lines (a page section; ``anchor``: the title's id)."""
+    ident = f' id="{html.escape(anchor)}"' if anchor else ""
+    lines = [f"<h2{ident}>{html.escape(table.title)}</h2>"]
+    for block in table.blocks:
+        lines += _html_block(block)
+    if table.footnotes:
+        lines += ["<ul>"] + [f"<li>{html.escape(n)}</li>" for n in table.footnotes] + ["</ul>"]
+    return lines
+
+
 def to_html(table: Table) -> str:
     style = "table{border-collapse:collapse;margin:1em 0}th,td{padding:2px 8px;text-align:center}"
     lines = [
@@ -161,10 +172,5 @@ def to_html(table: Table) -> str:
         '<html><head><meta charset="utf-8">',
         f"<title>{html.escape(table.title)}</title>",
     ]
-    lines += [f"<style>{style}</style></head><body>", f"<h2>{html.escape(table.title)}</h2>"]
-    for block in table.blocks:
-        lines += _html_block(block)
-    if table.footnotes:
-        lines += ["<ul>"] + [f"<li>{html.escape(n)}</li>" for n in table.footnotes] + ["</ul>"]
-    lines.append("</body></html>")
+    lines += [f"<style>{style}</style></head><body>", *html_fragment(table), "</body></html>"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,119 @@
+"""The fairness view: how test accuracy is spread over the benign devices, per method, as box plots.
+
+Each run's per-client table (the ``clients.csv`` artifact: client, malicious, accuracy, ...) is read from
+the store; the benign devices of every seed of a cell are pooled into one distribution. One figure per
+dataset, one panel per setting (clean, A1 50%, ...), one box per main method (the methods of Ditto's
+figures when at least two ran, else every method, in paper order). A narrow box high up is accurate and
+fair; a long lower whisker is a group of devices the model serves badly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+from fedarena.leaderboards.figures import FIGURE_METHODS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
+from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
+from fedarena.tracking.labels import CLIENTS_ARTIFACT  # noqa: E402
+
+MAX_METHODS = 12
+PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@contextlib.contextmanager
+def quiet_downloads():
+    """No MLflow progress bar per artifact downloaded (one per run: hundreds of bars)."""
+    old = os.environ.get(PROGRESS_BAR)
+    os.environ[PROGRESS_BAR] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(PROGRESS_BAR, None)
+        else:
+            os.environ[PROGRESS_BAR] = old
+
+
+def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFrame, int]:
+    """(run_id, client, malicious, accuracy) of every run's per-client table; and how many runs had none."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    frames, missing = [], 0
+    with tempfile.TemporaryDirectory() as tmp, quiet_downloads():
+        for run_id in run_ids:
+            try:
+                path = client.download_artifacts(run_id, CLIENTS_ARTIFACT, str(Path(tmp, run_id)))
+            except (MlflowException, OSError):
+                missing += 1
+                continue
+            table = pd.read_csv(path, usecols=["client", "malicious", "accuracy"])
+            frames.append(table.assign(run_id=run_id))
+    columns = ["client", "malicious", "accuracy", "run_id"]
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)), missing
+
+
+def main_methods(methods) -> list[str]:
+    """Ditto's figure methods when at least two ran, else every method; paper order, at most MAX_METHODS."""
+    present = set(methods)
+    chosen = present & set(FIGURE_METHODS) if len(present & set(FIGURE_METHODS)) >= 2 else present
+    return sorted(chosen, key=lambda m: sort_key("method_label", m))[:MAX_METHODS]
+
+
+def device_accuracy_data(runs: pd.DataFrame, clients: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Benign devices' accuracies (all seeds pooled) of the main methods on one dataset:
+    method_label, attack_label, level, accuracy."""
+    runs = runs[runs["dataset_label"] == dataset]
+    runs = runs[runs["method_label"].isin(main_methods(runs["method_label"]))]
+    merged = clients.merge(runs[["run_id", "method_label", "attack_label", "level"]], on="run_id", how="inner")
+    benign = ~merged["malicious"].astype(str).str.lower().isin(("true", "1"))
+    return merged.loc[benign, ["method_label", "attack_label", "level", "accuracy"]].reset_index(drop=True)
+
+
+def plot_device_accuracy(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
+    colors = colors or palette(data["method_label"])
+    settings = sorted({(a, lv) for a, lv in zip(data["attack_label"], data["level"], strict=True)},
+                      key=lambda s: (sort_key("attack_label", s[0]), s[1]))
+    methods = sorted(data["method_label"].unique(), key=lambda m: sort_key("method_label", m))
+    ncols = min(3, len(settings))
+    nrows = -(-len(settings) // ncols)
+    size = (max(MIN_WIDTH, max(4.0, 0.7 * len(methods) + 1.5) * ncols), 3.4 * nrows + 0.4)
+    fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, sharey=True, layout="constrained")
+    for ax, (attack, level) in zip(axes.flat, settings, strict=False):
+        part = data[(data["attack_label"] == attack) & (data["level"] == level)]
+        shown = [m for m in methods if (part["method_label"] == m).any()]
+        boxes = ax.boxplot([part.loc[part["method_label"] == m, "accuracy"] for m in shown], patch_artist=True)
+        for box, method in zip(boxes["boxes"], shown, strict=True):
+            box.set_facecolor(colors[method])
+        ax.set_xticks(range(1, len(shown) + 1), shown, rotation=45, ha="right")
+        ax.set_title(setting_label(attack, level))
+    for ax in list(axes.flat)[len(settings):]:
+        ax.set_visible(False)
+    for row in axes:
+        row[0].set_ylabel("test accuracy per benign device")
+    fig.suptitle(title)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_device_figures(cells: pd.DataFrame, runs: pd.DataFrame, clients: pd.DataFrame, out: Path) -> list[Path]:
+    """devices_<dataset>.png for every dataset with per-client tables."""
+    colors = palette(cells["method_label"])
+    paths = []
+    for dataset in sorted(cells["dataset_label"].unique(), key=lambda d: sort_key("dataset_label", d)):
+        data = device_accuracy_data(runs, clients, dataset)
+        if not data.empty:
+            title = f"Accuracy across benign devices on {run_on(cells, dataset)}"
+            paths.append(plot_device_accuracy(data, title, out / f"devices_{file_stem(dataset)}.png", colors))
+    return paths

@@ -1,0 +1,117 @@
+"""``fedarena report SUITE`` / ``make report``: one self-contained HTML page with a suite's results.
+
+The page holds every leaderboard table (``build.leaderboard_tables``, as ``fedarena leaderboard`` writes
+them), the reproduction view where a paper's dataset was run, the figures (Ditto Figure 3 and 5, the
+learning curves, and the fairness view: accuracy across benign devices per main method), and the runs'
+provenance (code versions, dataset fingerprints, seeds, scale). It is written to ``OUT/<suite>.html``.
+
+Errors are one line (``ReportError`` or ``LeaderboardError``, both ConfigErrors): a folder that cannot be
+written (checked first, before any reading), a missing or empty store, an unknown suite, a suite without
+finished runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from fedarena import __version__
+from fedarena.leaderboards.build import figure_files, leaderboard_tables
+from fedarena.leaderboards.fairness import read_client_tables, write_device_figures
+from fedarena.leaderboards.figures import file_stem
+from fedarena.leaderboards.page import Section, figure_lines, render_page, table_lines
+from fedarena.leaderboards.provenance import provenance_tables
+from fedarena.leaderboards.reader import LeaderboardError, fill_hint, read_runs
+from fedarena.leaderboards.selection import chosen_runs
+from fedarena.leaderboards.tables import Table
+from fedarena.params import ConfigError
+from fedarena.tracking.location import redact
+
+REPRODUCTION = "reproduction"
+
+
+class ReportError(ConfigError):
+    """The report cannot be written (the message names the folder and what to do)."""
+
+
+def writable_folder(out: str | Path) -> Path:
+    """``out``, created if absent, after checking a file can be written there (before any work is done)."""
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ReportError(f"report folder {folder} is a file; give a folder with --out (the page is written "
+                          f"there as SUITE.html)")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        raise ReportError(f"cannot write the report into {folder}: {err.strerror or err}; give a writable "
+                          f"folder with --out") from None
+    return folder
+
+
+def read_suite(suite: str, uri: str, ci: bool, scale: str | None):
+    """(tables, cells, prepared runs) of the suite; LeaderboardError naming the store (redacted) otherwise."""
+    try:
+        return leaderboard_tables(read_runs(uri, suite), ci=ci, scale=scale)
+    except LeaderboardError as err:
+        text = str(err).replace(uri, redact(uri))
+        if "no finished runs" in text:
+            text = f"suite {suite!r} in {redact(uri)}: {text}; {fill_hint(suite)}"
+        raise LeaderboardError(text) from None
+
+
+def figures(uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, folder: Path) -> tuple[list[Path], int]:
+    """The figure files (Figure 3, 5, curves, device accuracies) in ``folder``; and runs without a client table."""
+    paths = figure_files(uri, cells, prepared, folder)
+    shown = chosen_runs(prepared, cells)
+    clients, missing = read_client_tables(uri, list(shown["run_id"]))
+    return paths + write_device_figures(cells, shown, clients, folder), missing
+
+
+def ordered_figures(paths: list[Path]) -> list[Path]:
+    """Per dataset: Figure 3, Figure 5, learning curves, device accuracies."""
+    kinds = ("figure3", "figure5", "curves", "devices")
+    return sorted(paths, key=lambda p: (p.stem.split("_", 1)[1], kinds.index(p.stem.split("_", 1)[0])))
+
+
+def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int) -> list[Section]:
+    boards = [t for t in tables if t.name != REPRODUCTION]
+    view = [t for t in tables if t.name == REPRODUCTION]
+    no_view = ["<p>No paper dataset was run (only stand-in datasets): nothing to compare with the papers' "
+               "numbers.</p>"]
+    no_clients = [f"<p>{missing} run(s) have no per-client table (clients.csv): left out of the device "
+                  f"accuracies.</p>"] if missing else []
+    return [
+        Section("leaderboards", "Leaderboards", table_lines(boards)),
+        Section("reproduction", "Reproduction of the papers", table_lines(view) if view else no_view),
+        Section("figures", "Figures", figure_lines(ordered_figures(figure_paths)) + no_clients),
+        Section("provenance", "Provenance", table_lines(provenance_tables(prepared))),
+    ]
+
+
+def meta(suite: str, uri: str, prepared: pd.DataFrame, now: datetime) -> list[tuple[str, str]]:
+    scales = ", ".join(sorted(set(prepared["scale"].dropna().astype(str)))) if "scale" in prepared else "unknown"
+    return [("suite", suite), ("tracking store", redact(uri)), ("scale", scales),
+            ("finished runs shown", str(len(prepared))),
+            ("generated", f"{now:%Y-%m-%d %H:%M} UTC by fedarena {__version__}")]
+
+
+def build_report(suite: str, tracking_uri: str, out_dir: str | Path, *, ci: bool = True, scale: str | None = None,
+                 now: datetime | None = None) -> Path:
+    """Write ``out_dir/<suite>.html`` (see the module docstring); returns its path."""
+    folder = writable_folder(out_dir)
+    tables, cells, prepared = read_suite(suite, tracking_uri, ci, scale)
+    facts = meta(suite, tracking_uri, prepared, now or datetime.now(UTC))
+    with tempfile.TemporaryDirectory() as tmp:
+        paths, missing = figures(tracking_uri, cells, prepared, Path(tmp))
+        page = render_page(f"fedarena report: {suite}", facts, sections(tables, paths, prepared, missing))
+    path = folder / f"{file_stem(suite)}.html"
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as err:
+        raise ReportError(f"cannot write {path}: {err.strerror or err}; give a writable folder with --out") from None
+    return path

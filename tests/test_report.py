@@ -1,0 +1,151 @@
+"""`fedarena report SUITE`: one self-contained HTML page from a real MLflow store; provenance and the
+fairness view as pure functions; one-line errors for an empty store, no finished runs, an unwritable folder."""
+
+import os
+import re
+
+import pandas as pd
+import pytest
+from store_for_views import FINGERPRINT, NAME, fill_store
+
+from fedarena.cli import main
+from fedarena.leaderboards.build import leaderboard_tables
+from fedarena.leaderboards.fairness import device_accuracy_data, main_methods
+from fedarena.leaderboards.provenance import code_versions, dataset_provenance
+from fedarena.leaderboards.reader import read_runs
+from fedarena.leaderboards.report import ReportError, build_report, writable_folder
+
+
+def test_code_versions_and_dataset_provenance_count_runs():
+    # Prepare
+    runs = pd.DataFrame({"git_sha": ["a1", "a1", "b2"], "torch_version": ["2.1"] * 3,
+                         "dataset_label": ["digits"] * 3, "dataset_name": ["digits"] * 3,
+                         "dataset_fingerprint": ["f0", "f0", "f1"], "scale": ["quick"] * 3, "seed": ["0", "0", "1"]})
+    # Execute
+    code = code_versions(runs)
+    data = dataset_provenance(runs)
+    # Assert
+    assert code.values.tolist() == [["git_sha", "a1", 2], ["git_sha", "b2", 1], ["torch_version", "2.1", 3]]
+    assert data.values.tolist() == [["digits", "digits", "f0", "quick", "0", 2], ["digits", "digits", "f1", "quick",
+                                                                                 "1", 1]]
+
+
+def test_device_accuracies_are_the_benign_clients_of_the_main_methods():
+    # Prepare: krum and ditto are figure methods (local is not); client 1 of r1 is malicious
+    runs = pd.DataFrame({"run_id": ["r1", "r2", "r3"], "method_label": ["krum", "ditto", "local"],
+                         "dataset_label": ["d", "d", "d"], "attack_label": ["a1"] * 3, "level": [0.5] * 3})
+    clients = pd.DataFrame({"run_id": ["r1", "r1", "r2", "r3"], "client": [0, 1, 0, 0],
+                            "malicious": [False, True, False, False], "accuracy": [0.8, 0.1, 0.9, 0.5]})
+    # Execute
+    data = device_accuracy_data(runs, clients, "d")
+    # Assert
+    assert main_methods(["local", "ditto", "krum"]) == ["krum", "ditto"]
+    assert main_methods(["local", "ditto"]) == ["local", "ditto"]
+    assert data.values.tolist() == [["krum", "a1", 0.5, 0.8], ["ditto", "a1", 0.5, 0.9]]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The report of the filled store (built once for the module): (page text, store URI)."""
+    folder = tmp_path_factory.mktemp("report")
+    uri = fill_store(folder)
+    path = build_report(NAME, uri, folder / "out")
+    return path.read_text(encoding="utf-8"), uri, path
+
+
+def test_report_has_every_table_the_figures_and_the_provenance(report):
+    # Prepare
+    page, uri, path = report
+    tables, _, _ = leaderboard_tables(read_runs(uri, NAME))
+    # Execute
+    images = re.findall(r'<img alt="([^"]+)" src="([^"]+)"', page)
+    # Assert
+    assert path.name == f"{NAME}.html"
+    assert all(f"<h2 id=\"{t.name}\">" in page for t in tables)
+    assert [alt for alt, _ in images] == ["figure3_syn", "figure5_syn", "curves_syn", "devices_syn"]
+    assert all(src.startswith("data:image/png;base64,iVBOR") for _, src in images)
+    assert "No paper dataset was run" in page
+    assert "<td>git_sha</td><td>abc1234</td><td>12</td>" in page
+    assert f"<td>syn</td><td>synthetic</td><td>{FINGERPRINT}</td><td>smoke</td><td>0, 1</td><td>12</td>" in page
+
+
+def test_report_is_self_contained(report):
+    # Prepare
+    page, _, _ = report
+    # Execute
+    references = re.findall(r'(?:src|href)="([^"]*)"', page)
+    # Assert: only inlined images and links inside the page; no script
+    assert references and all(r.startswith(("data:image/png;base64,", "#")) for r in references)
+    assert "<script" not in page
+
+
+def test_report_shows_the_reproduction_view_where_a_paper_dataset_ran(tmp_path):
+    # Prepare: the same runs, recorded as runs on fmnist (a paper's dataset)
+    uri = fill_store(tmp_path, ran="fmnist")
+    # Execute
+    page = build_report(NAME, uri, tmp_path / "out").read_text(encoding="utf-8")
+    # Assert
+    assert '<h2 id="reproduction">Reproduction: our numbers beside the papers' in page
+    assert "No paper dataset was run" not in page
+
+
+def test_an_unwritable_report_folder_is_refused_before_reading(tmp_path):
+    # Prepare
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    # Execute / Assert
+    with pytest.raises(ReportError, match=r"report folder .*/file is a file; give a folder with --out"):
+        writable_folder(blocker)
+    with pytest.raises(ReportError, match=r"cannot write the report into .*/file/sub: Not a directory; give a "
+                                          r"writable folder with --out"):
+        build_report(NAME, f"sqlite:///{tmp_path}/none.db", blocker / "sub")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_report_folder_is_refused(tmp_path):
+    # Prepare
+    folder = tmp_path / "ro"
+    folder.mkdir(mode=0o500)
+    # Execute / Assert
+    with pytest.raises(ReportError, match=r"cannot write the report into .*/ro: Permission denied"):
+        writable_folder(folder)
+
+
+def run_cli(argv, capsys) -> tuple[int, list[str]]:
+    capsys.readouterr()  # what the preparation printed
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, [line for line in (captured.out + captured.err).splitlines() if line.strip()]
+
+
+def test_cli_writes_the_page_and_prints_its_path(report, tmp_path, capsys):
+    # Prepare
+    _, uri, _ = report
+    # Execute
+    code, lines = run_cli(["report", NAME, "--tracking-uri", uri, "--out", str(tmp_path / "r")], capsys)
+    # Assert
+    assert (code, lines) == (0, [str(tmp_path / "r" / f"{NAME}.html")])
+
+
+@pytest.mark.parametrize("case", ["empty store", "no finished runs", "unwritable folder"])
+def test_cli_errors_are_one_line(case, tmp_path, capsys):
+    # Prepare
+    uri = fill_store(tmp_path, status="FAILED") if case == "no finished runs" else f"sqlite:///{tmp_path}/e.db"
+    if case == "empty store":
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=uri).search_experiments()  # a real store without any experiment of ours
+    out = tmp_path / ("file" if case == "unwritable folder" else "out")
+    if case == "unwritable folder":
+        out.write_text("x")
+    expected = {
+        "empty store": f"no experiment named '{NAME}' in the tracking store {uri}; experiments there: Default (empty)",
+        "no finished runs": f"suite '{NAME}' in {uri}: no finished runs to tabulate (12 failed or interrupted run(s) "
+                            "are left out.); fill it with `make benchmark SUITE=viewgrid`",
+        "unwritable folder": f"report folder {out} is a file; give a folder with --out",
+    }[case]
+    # Execute
+    code, lines = run_cli(["report", NAME, "--tracking-uri", uri, "--out", str(out)], capsys)
+    # Assert
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("fedarena: error: " + expected), lines[0]
