@@ -12,7 +12,7 @@ FORMAT ?= markdown
 OUT ?= leaderboards
 BENCH_ARGS ?=
 
-.PHONY: install test benchmark perf perf-paper lint ui leaderboards clean
+.PHONY: install test benchmark perf perf-paper lint ui leaderboards report clean
 
 # `make install EXTRAS=postgres` adds install extras (comma-separated) to the dev install.
 install: $(STAMP)
@@ -34,7 +34,12 @@ leaderboards: install
 	$(BIN)/fedarena leaderboard $(SUITE) --format $(FORMAT) --out $(OUT)
 
 ui: install
-	$(BIN)/fedarena ui
+	$(BIN)/fedarena ui $(if $(UI_SUITE),--suite $(UI_SUITE),)
+
+# One self-contained HTML page (tables, figures, provenance): $(REPORT_OUT)/$(SUITE).html
+REPORT_OUT ?= report
+report: install
+	$(BIN)/fedarena report $(SUITE) --out $(REPORT_OUT)
 
 perf: install
 	$(BIN)/python -m fedarena.perf
