@@ -1,0 +1,365 @@
+"""A catalogue of bad input through the real command line: every option of every subcommand, bad YAML and
+suite files, and an unknown name of every registry kind. Each must exit non-zero with one error line that
+says what is allowed, and no traceback.
+
+The catalogue runs in-process through ``fedarena.cli.main(argv)`` (the parser and error handling a user
+gets; each case takes milliseconds instead of a 2-3 s interpreter start), and a handful of cases run as real
+subprocesses of the installed ``fedarena`` command. ``test_every_option_has_a_case`` and
+``test_every_registry_kind_has_a_case`` keep the catalogue complete as options and registries are added.
+No case starts Ray, trains, downloads or starts the MLflow UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedarena import cli
+from fedarena.attacks.base import ATTACKS
+from fedarena.bench import commands as bench_commands
+from fedarena.bench.parse import SUITES
+from fedarena.datasets.partition import PARTITIONERS
+from fedarena.datasets.registry import DATASETS
+from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
+from fedarena.methods.base import METHODS
+from fedarena.models.zoo import MODELS
+from fedarena.simulation.metrics import METRIC_DIRECTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ("--out", "{T}/result.json")
+SMOKE = ("bench", "run", "smoke", "--scale", "smoke", "--dry-run", "--tracking-uri", "sqlite:///{T}/bench.db")
+SUITE_BASE = """\
+name: {name}
+methods: [{{label: global, method: {{name: global}}}}]
+attacks: [{{label: clean, attack: {{name: none}}, levels: [0.0]}}]
+scales:
+  smoke: {{fixed: {{rounds: 2, clients_per_round: 4}}, seeds: [0],
+          datasets: [{{label: synthetic, dataset: {{name: synthetic, num_clients: 8}}}}]}}
+  quick: {{seeds: [0], datasets: [{{label: synthetic, dataset: {{name: synthetic}}}}]}}
+  paper: {{seeds: [0], datasets: [{{label: synthetic, dataset: {{name: synthetic}}}}]}}
+"""
+SUITE_EDITS = {  # suite file -> (text replaced, replacement) in SUITE_BASE
+    "topkey": ("scales:", "nosuch: 1\nscales:"),
+    "method_param": ("{name: global}", "{name: global, nosuch: 1}"),
+    "select_metric": ("method: {name: global}}", "method: {name: global}, select: {by: nosuch, over: {lr: [0.1, 0.2]}}}"),
+    "level": ("levels: [0.0]", "levels: [1.5]"),
+    "seed": ("seeds: [0],", "seeds: [-1],"),
+    "scale_key": ("smoke: {fixed", "smoke: {nosuch: 1, fixed"),
+    "exclude": ("scales:", "exclude: [{method: nosuch}]\nscales:"),
+    "override": ("scales:", "overrides: [{when: {method: global}, set: {roundz: 3}}]\nscales:"),
+    "too_many_clients": ("clients_per_round: 4", "clients_per_round: 40"),
+    "label": ("label: global", "label: 'two words'"),
+    "section_text": ("method: {name: global}", "method: ditto"),
+    "fixed_seed": ("scales:", "fixed: {seed: 1}\nscales:"),
+    "checkpoint": ("smoke: {fixed", "smoke: {checkpoint_every: -1, fixed"),
+}
+FILES = {
+    "syntax.yaml": "rounds: [1, 2\n",
+    "tab.yaml": "rounds: 3\n\tlr: 0.1\n",
+    "list.yaml": "- rounds\n- 3\n",
+    "roundz.yaml": "roundz: 3\n",
+    "rounds_text.yaml": "rounds: many\n",
+    "suite_syntax.yaml": "name: suite_syntax\nmethods: [\n",
+    "suite_scalar.yaml": "42\n",
+    "suite_other.yaml": SUITE_BASE.format(name="another_name"),
+    "not_a_db.db": "plain text, not SQLite\n",
+    **{f"{name}.yaml": SUITE_BASE.format(name=name).replace(*edit, 1) for name, edit in SUITE_EDITS.items()},
+}
+ALL = {  # registry kind -> its names, for "the message lists every allowed name"
+    "dataset": DATASETS.names(), "model": MODELS.names(), "method": METHODS.names(), "attack": ATTACKS.names(),
+    "aggregator": AGGREGATORS.names(), "pre-aggregator": PRE_AGGREGATORS.names(),
+    "partition": PARTITIONERS.names(), "metric": list(METRIC_DIRECTIONS), "suite": SUITES.names(),
+}
+
+# (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
+# empty MLflow store there, "{PORT}" a free port
+RUN = [
+    (("run",), ["required: --out"]),
+    (("run", *OUT, "--config", "{T}/missing.yaml"), ["cannot read", "missing.yaml"]),
+    (("run", *OUT, "--config", "{T}"), ["cannot read", "Is a directory"]),
+    (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
+    (("run", *OUT, "--config", "{T}/tab.yaml"), ["tab.yaml, line 2, column 1: invalid YAML", "'\\t'"]),
+    (("run", *OUT, "--config", "{T}/list.yaml"), ["expected a mapping of config keys, got list"]),
+    (("run", *OUT, "--config", "{T}/roundz.yaml"), ["unknown config key(s) ['roundz']; allowed:", "rounds"]),
+    (("run", *OUT, "--config", "{T}/rounds_text.yaml"), ["rounds must be a positive integer, got 'many'"]),
+    (("run", *OUT, "--dataset", "digitz"), ["unknown dataset 'digitz' (did you mean 'digits'?); available:"]),
+    (("run", *OUT, "--model", "nosuch"), ["unknown model 'nosuch'; available:"]),
+    (("run", *OUT, "--method", "dito"), ["unknown method 'dito' (did you mean 'ditto'?); available:"]),
+    (("run", *OUT, "--attack", "nosuch"), ["unknown attack 'nosuch'; available:"]),
+    (("run", *OUT, "--attack", "a1", "--level", "1.5"), ["attack level must be a fraction in [0, 1), got 1.5"]),
+    (("run", *OUT, "--level", "half"), ["argument --level: invalid float value: 'half'"]),
+    (("run", *OUT, "--aggregator", "medain"), ["unknown aggregator 'medain' (did you mean 'median'?); available:"]),
+    (("run", *OUT, "--rounds", "0"), ["rounds must be a positive integer, got 0"]),
+    (("run", *OUT, "--rounds", "ten"), ["argument --rounds: invalid int value: 'ten'"]),
+    (("run", *OUT, "--clients-per-round", "0"), ["clients_per_round must be a positive integer, got 0"]),
+    (("run", *OUT, "--clients-per-round", "500"), ["clients_per_round=500 exceeds the 30 clients"]),
+    (("run", *OUT, "--local-steps", "-1"), ["set local_steps >= 1", "or local_epochs >= 1"]),
+    (("run", *OUT, "--local-epochs", "x"), ["argument --local-epochs: invalid int value: 'x'"]),
+    (("run", *OUT, "--batch-size", "0"), ["batch_size must be a positive integer, got 0"]),
+    (("run", *OUT, "--lr", "0"), ["lr must be a positive finite number, got 0.0"]),
+    (("run", *OUT, "--lr", "nan"), ["lr must be a positive finite number, got nan"]),
+    (("run", *OUT, "--seed", "-1"), ["seed must be an integer >= 0, got -1"]),
+    (("run", *OUT, "--eval-every", "0"), ["eval_every must be a positive integer, got 0"]),
+    (("run", *OUT, "--backend", "gpu"), ["backend must be one of sequential, batched; got 'gpu'"]),
+    (("run", *OUT, "--device", "tpu"), ["invalid device 'tpu'", "cpu, cuda"]),
+    (("run", *OUT, "--no-progress=yes"), ["argument --no-progress: ignored explicit argument 'yes'"]),
+    (("run", "--out", "{T}"), ["argument --out:", "is a folder; give a file name such as"]),
+    (("run", *OUT, "--set", "novalue"), ["--set expects KEY=VALUE, got 'novalue'"]),
+    (("run", *OUT, "--set", "lam=0.1"), ["cannot set 'lam': no component takes it. Settable keys:", "lr"]),
+    (("run", *OUT, "--method", "ditto", "--set", "lam=-1"), ["ditto lam must be >= 0, got -1.0"]),
+    (("run", *OUT, "--method", "ditto", "--set", "lam=null"), ["lam cannot be null; give a value like its default"]),
+    (("run", *OUT, "--set", "nosection.x=1"), ["unknown config section 'nosection'", "sections: dataset, model"]),
+    (("run", *OUT, "--set", "dataset.nosuch=1"), ["unknown parameter(s) ['nosuch'] for dataset 'digits'; allowed:"]),
+    (("run", *OUT, "--set", "dataset.name.x=1"), ["cannot set 'dataset.name.x'", "set section.option"]),
+    (("run", *OUT, "--set", "dataset.num_clients=0"), ["num_clients must be a positive integer, got 0"]),
+    (("run", *OUT, "--set", "dataset.partition_options=3"), ["partition_options must be a mapping"]),
+    (("run", *OUT, "--set", "model.hidden=[x]"), ["hidden must be a list of whole numbers such as [200, 200]"]),
+    (("run", *OUT, "--set", "sampling=random"), ["sampling must be one of proportional, uniform; got 'random'"]),
+    (("run", *OUT, "--set", "on_divergence=retry"), ["on_divergence must be one of stop, continue"]),
+    (("run", *OUT, "--set", "lr=true"), ["lr must be a positive finite number, got True"]),
+    (("run", *OUT, "--method", "mocha"), ["method 'mocha' is defined for model 'svm'", "set model.name=svm"]),
+]
+BENCH = [
+    (("bench",), ["required: bench_command"]),
+    (("bench", "nosuch"), ["invalid choice: 'nosuch' (choose from", "'list', 'run'"]),
+    (("bench", "list", "--no-check=1"), ["argument --no-check: ignored explicit argument '1'"]),
+    (("bench", "run"), ["required: suite"]),
+    (("bench", "run", "smok"), ["unknown suite 'smok' (did you mean 'smoke'?); available:"]),
+    (("bench", "run", "{T}/missing.yaml"), ["missing.yaml: suite file not found"]),
+    (("bench", "run", "{T}/suite_syntax.yaml"), ["suite_syntax.yaml, line 3, column 1: invalid YAML"]),
+    (("bench", "run", "{T}/suite_scalar.yaml"), ["suite_scalar.yaml: top level: expected a mapping, got int"]),
+    (("bench", "run", "{T}/suite_other.yaml"), ["suite name 'another_name' must equal the file name"]),
+    (("bench", "run", "{T}/topkey.yaml"), ["nosuch: unknown key; allowed: name, description"]),
+    (("bench", "run", "{T}/method_param.yaml"), ["unknown parameter(s) ['nosuch'] for method 'global'; allowed: none"]),
+    (("bench", "run", "{T}/select_metric.yaml"), ["select.by: unknown metric 'nosuch'; available:"]),
+    (("bench", "run", "{T}/level.yaml"), ["attacks[0].levels[0]: a level is a fraction of the clients in [0, 1)"]),
+    (("bench", "run", "{T}/seed.yaml"), ["scales.smoke.seeds[0]: a seed is an integer >= 0, got -1"]),
+    (("bench", "run", "{T}/scale_key.yaml"), ["scales.smoke.nosuch: unknown key; allowed: description, fixed"]),
+    (("bench", "run", "{T}/exclude.yaml"), ["unknown method label 'nosuch'; the suite defines: global"]),
+    (("bench", "run", "{T}/override.yaml"), ["overrides[0].set.roundz: unknown config key; allowed:", "rounds"]),
+    (("bench", "run", "{T}/too_many_clients.yaml", "--scale", "smoke", "--dry-run"),
+     ["clients_per_round=40 exceeds the 8 clients"]),
+    (("bench", "run", "{T}/label.yaml"), ["a label must be a non-empty word of letters, digits and _.+-"]),
+    (("bench", "run", "{T}/section_text.yaml"), ["a config section is a mapping such as {name: ...}, got 'ditto'"]),
+    (("bench", "run", "{T}/fixed_seed.yaml"), ["seeds are an axis: list them under `seeds:` in a scale"]),
+    (("bench", "run", "{T}/checkpoint.yaml"), ["checkpoint_every: expected a number of rounds >= 0"]),
+    (("bench", "run", "smoke", "--scale", "huge"), ["invalid choice: 'huge' (choose from 'smoke', 'quick', 'paper')"]),
+    ((*SMOKE, "--dataset", "nosuch"), ["--dataset 'nosuch' is neither a dataset of scale 'smoke'", "choose one of"]),
+    ((*SMOKE, "--seeds", "0,x"), ["argument --seeds: seeds are comma-separated integers, got '0,x'"]),
+    ((*SMOKE, "--seeds", "-1"), ["argument --seeds: give at least one seed >= 0, got '-1'"]),
+    ((*SMOKE, "--cpus-per-trial", "0"), ["argument --cpus-per-trial: expected a number > 0, got '0'"]),
+    ((*SMOKE, "--gpus-per-trial", "-1"), ["argument --gpus-per-trial: expected a number >= 0, got '-1'"]),
+    ((*SMOKE, "--max-concurrent", "0"), ["argument --max-concurrent: expected an integer >= 1, got '0'"]),
+    ((*SMOKE, "--max-failures", "-2"), ["argument --max-failures: expected an integer >= 0, got '-2'"]),
+    ((*SMOKE, "--checkpoint-every", "x"), ["argument --checkpoint-every: expected an integer >= 0, got 'x'"]),
+    ((*SMOKE, "--num-cpus", "0"), ["argument --num-cpus: expected an integer >= 1, got '0'"]),
+    ((*SMOKE, "--storage", "{T}/syntax.yaml"), ["argument --storage:", "is a file; give a folder"]),
+    ((*SMOKE, "--dry-run=1"), ["argument --dry-run: ignored explicit argument '1'"]),
+    ((*SMOKE, "--retry-failed=1"), ["argument --retry-failed: ignored explicit argument '1'"]),
+    ((*SMOKE[:-1], "sqlite:////nonexistent/folder/m.db"), ["the folder /nonexistent/folder does not exist"]),
+    ((*SMOKE[:-1], "sqlite:///{T}/not_a_db.db"), ["not_a_db.db is not a usable SQLite database"]),
+    ((*SMOKE[:-1], "postgresql+nosuch://u:secret@127.0.0.1/db"),
+     ["postgresql+nosuch://u:***@127.0.0.1/db", "write postgresql://user:password@host:port/database"]),
+    ((*SMOKE[:-1], "postgresql://u:secret@127.0.0.1:notaport/db"), ["write postgresql://user:password@host:port"]),
+    ((*SMOKE[:-1], "nosuch://store"), ["tracking store nosuch://store cannot be used", "'postgresql', 'mysql'"]),
+    ((*SMOKE[:-1], "http://127.0.0.1:9"), ["MLflow tracking server http://127.0.0.1:9 cannot be reached"]),
+]
+UI = [
+    (("ui", "--port", "99999"), ["argument --port: expected an integer >= 1 and <= 65535, got '99999'"]),
+    (("ui", "--tracking-uri", "sqlite:///{T}/missing.db"), ["no tracking store at", "missing.db"]),
+    (("ui", "--tracking-uri", "sqlite:///{T}/not_a_db.db"), ["not_a_db.db is not a usable SQLite database"]),
+    (("ui", "--tracking-uri", "postgresql+psycopg2://u@127.0.0.1/db"), ["driver 'psycopg2', which is not installed"]),
+    (("ui", "--tracking-uri", "{STORE}", "--host", "nosuch.invalid"),
+     ["the UI cannot listen on nosuch.invalid:5000", "--host 127.0.0.1"]),
+    (("ui", "--tracking-uri", "{STORE}", "--port", "{PORT}", "--suite", "nosuch"),
+     ["no suite 'nosuch' with runs in the tracking store", "suites there: none"]),
+]
+LEADERBOARD = [
+    (("leaderboard",), ["required: suite"]),
+    (("leaderboard", "nosuch", "--tracking-uri", "{STORE}"), ["no experiment named 'nosuch'", "experiments there:"]),
+    (("leaderboard", "smoke", "--format", "pdf"), ["invalid choice: 'pdf' (choose from 'latex', 'markdown', 'html', 'csv')"]),
+    (("leaderboard", "smoke", "--scale", "huge"), ["invalid choice: 'huge' (choose from 'smoke', 'quick', 'paper')"]),
+    (("leaderboard", "smoke", "--out", "{T}/syntax.yaml"), ["argument --out:", "is a file; give a folder"]),
+    (("leaderboard", "smoke", "--tracking-uri", "sqlite:///{T}/missing.db"), ["no MLflow tracking store at"]),
+    (("leaderboard", "smoke", "--tracking-uri", "sqlite:///{T}/not_a_db.db"), ["is not a usable SQLite database"]),
+    (("leaderboard", "smoke", "--tracking-uri", "postgresql+nosuch://u@h/db"), ["postgresql+DRIVER://"]),
+    (("leaderboard", "smoke", "--no-ci=1"), ["argument --no-ci: ignored explicit argument '1'"]),
+    (("leaderboard", "smoke", "--ci=1"), ["argument --ci: ignored explicit argument '1'"]),
+    (("leaderboard", "smoke", "--no-figures=1"), ["argument --no-figures: ignored explicit argument '1'"]),
+]
+REPORT = [
+    (("report",), ["required: suite"]),
+    (("report", "nosuch", "--tracking-uri", "{STORE}", "--out", "{T}/report"), ["no experiment named 'nosuch'"]),
+    (("report", "smoke", "--out", "{T}/syntax.yaml"), ["syntax.yaml is a file; give a folder with --out"]),
+    (("report", "smoke", "--tracking-uri", "sqlite:///{T}/not_a_db.db", "--out", "{T}/report"),
+     ["is not a usable SQLite database"]),
+    (("report", "smoke", "--scale", "huge"), ["invalid choice: 'huge' (choose from 'smoke', 'quick', 'paper')"]),
+    (("report", "smoke", "--no-ci=1"), ["argument --no-ci: ignored explicit argument '1'"]),
+]
+DATA = [
+    (("data",), ["required: action"]),
+    (("data", "download"), ["invalid choice: 'download' (choose from 'fetch', 'info', 'list')"]),
+    (("data", "info"), ["`fedarena data info` needs a dataset name; available:"]),
+    (("data", "fetch", "nosuch"), ["unknown dataset 'nosuch'; available:"]),
+    (("data", "info", "fmnist", "--data-dir", "{T}/syntax.yaml"), ["argument --data-dir:", "is a file"]),
+    (("data", "info", "fmnist", "--json=1"), ["argument --json: ignored explicit argument '1'"]),
+    (("data", "info", "fmnist", "--no-verify=1"), ["argument --no-verify: ignored explicit argument '1'"]),
+]
+REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind (message lists every name)
+    "dataset": (("data", "info", "nosuch"), ["unknown dataset 'nosuch'; available:"]),
+    "data source": (("data", "fetch", "nosuch_source"), ["unknown dataset 'nosuch_source'; available:"]),
+    "model": (("run", *OUT, "--set", "model.name=nosuch"), ["unknown model 'nosuch'; available:"]),
+    "method": (("run", *OUT, "--method", "nosuch"), ["unknown method 'nosuch'; available:"]),
+    "attack": (("run", *OUT, "--attack", "nosuch"), ["unknown attack 'nosuch'; available:"]),
+    "aggregator": (("run", *OUT, "--aggregator", "nosuch"), ["unknown aggregator 'nosuch'; available:"]),
+    "pre-aggregator": (("run", *OUT, "--set", "aggregator.pre=[nosuch]"), ["unknown pre-aggregator 'nosuch'"]),
+    "partition": (("run", *OUT, "--set", "dataset.partition=nosuch"), ["unknown partition 'nosuch'; available:"]),
+    "metric": (("bench", "run", "{T}/select_metric.yaml"), ["unknown metric 'nosuch'; available:"]),
+    "suite": (("bench", "run", "nosuch"), ["unknown suite 'nosuch'; available:"]),
+}
+def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
+    """(command words, its parser) for every leaf subcommand, e.g. (("bench", "run"), parser)."""
+    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not actions:
+        yield prefix, parser
+    for action in actions:
+        for name, sub in action.choices.items():
+            yield from subcommands(sub, prefix + (name,))
+
+
+COMMANDS = {words[0] for words, _ in subcommands(cli.build_parser())}
+CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA
+SUBPROCESS = [  # through the installed command, as a user types it
+    (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
+    (("bench", "run", "{T}/level.yaml"), ["a level is a fraction of the clients in [0, 1)"]),
+    (("leaderboard", "smoke", "--format", "pdf"), ["invalid choice: 'pdf'"]),
+    (("data", "fetch", "nosuch"), ["unknown dataset 'nosuch'; available:"]),
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad_input")
+    for name, text in FILES.items():
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.fixture(scope="module")
+def store(folder) -> str:
+    """A real, empty MLflow store (SQLite) for the cases that need one to exist."""
+    from fedarena.tracking.store import check_store
+
+    uri = f"sqlite:///{folder / 'store.db'}"
+    check_store(uri)
+    return uri
+
+
+@pytest.fixture
+def isolated(folder, monkeypatch):
+    """The working folder, data folder and tracking URI of a case point into the temporary folder; starting
+    the MLflow UI would be a failure of the case (its checks must stop it first)."""
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("FEDARENA_DATA_DIR", str(folder / "data"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    def no_server(uri, host, port):
+        raise AssertionError(f"the MLflow UI would have started on {host}:{port} ({uri})")
+
+    monkeypatch.setattr(bench_commands, "ui_command", no_server)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def fill(argv: tuple[str, ...], folder: Path, store_uri: str = "") -> list[str]:
+    values = {"{T}": str(folder), "{STORE}": store_uri, "{PORT}": str(free_port())}
+    return [re.sub(r"\{[A-Z]+\}", lambda m: values[m.group(0)], a) for a in argv]
+
+
+def run_in_process(argv: list[str], capsys) -> tuple[int, str]:
+    """``fedarena ARGV`` through the CLI's own entry function: (exit status, stdout + stderr)."""
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit_:  # argparse: usage and "fedarena ...: error: ..." on stderr, status 2
+        status = exit_.code
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+def assert_one_clean_error(status, output: str, fragments: list[str]) -> str:
+    """Non-zero status, no traceback, exactly one error line holding every fragment; returns that line."""
+    assert status not in (0, None), f"exit status {status}:\n{output}"
+    assert "Traceback" not in output, output
+    errors = [line for line in output.splitlines() if re.match(r"^fedarena( [a-z]+)*: error: ", line)]
+    assert len(errors) == 1, f"expected one error line:\n{output}"
+    for fragment in fragments:
+        assert fragment in errors[0], f"{fragment!r} not in:\n{errors[0]}"
+    return errors[0]
+
+
+@pytest.mark.parametrize("argv, fragments", CATALOGUE, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+def test_bad_input_is_one_clean_error(argv, fragments, folder, store, isolated, capsys):
+    status, output = run_in_process(fill(argv, folder, store), capsys)
+    assert_one_clean_error(status, output, [f.replace("{T}", str(folder)) for f in fragments])
+
+
+@pytest.mark.parametrize("kind", sorted(REGISTRY_CASES))
+def test_unknown_names_list_every_registered_name(kind, folder, isolated, capsys):
+    argv, fragments = REGISTRY_CASES[kind]
+    status, output = run_in_process(fill(argv, folder), capsys)
+    line = assert_one_clean_error(status, output, fragments)
+    names = ALL.get(kind, ALL["dataset"])  # data sources are looked up by dataset name, after the dataset
+    assert all(name in line for name in names), f"not every {kind} is listed:\n{line}"
+
+
+def test_missing_postgres_driver_names_the_extra(folder, isolated, capsys, monkeypatch):
+    # Prepare: the driver cannot be imported, as on an install without the postgres extra
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    argv = [*fill(SMOKE[:-1], folder), "postgresql://u:secret@127.0.0.1:5999/db"]
+    # Execute
+    status, output = run_in_process(argv, capsys)
+    # Assert
+    line = assert_one_clean_error(status, output, ["needs the postgresql driver 'psycopg'",
+                                                   "pip install -e '.[postgres]'", "make install EXTRAS=postgres"])
+    assert "secret" not in line
+
+
+def fedarena_command() -> list[str]:
+    script = Path(sys.executable).parent / "fedarena"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "fedarena.cli"]
+
+
+@pytest.mark.parametrize("argv, fragments", SUBPROCESS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+def test_bad_input_through_the_installed_command(argv, fragments, folder, tmp_path):
+    done = subprocess.run(fedarena_command() + fill(argv, folder), cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert_one_clean_error(done.returncode, done.stdout + done.stderr, fragments)
+
+
+def test_every_option_has_a_case():
+    cases = CATALOGUE + list(REGISTRY_CASES.values())
+    missing = []
+    for words, parser in subcommands(cli.build_parser()):
+        used = {a.split("=")[0] for argv, _ in cases if argv[:len(words)] == words for a in argv[len(words):]}
+        options = {o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        missing += [f"fedarena {' '.join(words)} {option}" for option in sorted(options - used)]
+        if not any(argv[:len(words)] == words for argv, _ in cases):
+            missing.append(f"fedarena {' '.join(words)} (no case at all)")
+    assert not missing, f"add bad-input cases to {Path(__file__).name} for: {', '.join(missing)}"
+
+
+def test_every_registry_kind_has_a_case():
+    sources = "\n".join(path.read_text() for path in (ROOT / "fedarena").rglob("*.py"))
+    kinds = set(re.findall(r"=\s*Registry(?:\[.*\])?\(\"([^\"]+)\"\)", sources))
+    assert kinds, "no registry found: the pattern no longer matches fedarena's Registry(...) lines"
+    assert kinds <= set(REGISTRY_CASES), f"registry kinds without a case: {sorted(kinds - set(REGISTRY_CASES))}"
