@@ -31,18 +31,19 @@ def test_no_eta_before_a_round_has_run():
     progress = Progress(clock)
     # Execute / Assert
     assert progress.eta(Tally(4, 0, 0, 4, 0)) is None
-    progress.advance("a s0", report(0))
+    progress.advance("a s0", report(2))  # its rounds ran before the clock started
+    assert progress.eta(Tally(4, 0, 1, 3, 0)) is None
     clock.now += 5
     assert progress.eta(Tally(4, 0, 1, 3, 0)) is None
 
 
-def test_eta_is_rounds_left_over_rounds_per_second():
-    # Prepare: 4 trials of 10 rounds; a ran 4 rounds and b 2 rounds in the 6 s since the first report
+def test_eta_is_rounds_left_over_rounds_per_second_since_the_first_report():
+    # Prepare: 4 trials of 10 rounds; the first report (a at round 1) starts the clock; 5 s later a is at
+    # round 4 and b at round 2: 5 rounds in 5 s
     clock = Clock()
     progress = Progress(clock)
     progress.advance("a s0", report(1))
-    progress.advance("b s0", report(0))
-    clock.now += 6
+    clock.now += 5
     progress.advance("a s0", report(4))
     progress.advance("b s0", report(2))
     # Execute
@@ -52,15 +53,15 @@ def test_eta_is_rounds_left_over_rounds_per_second():
 
 
 def test_a_resumed_trial_counts_only_the_rounds_run_now_and_finished_trials_none_left():
-    # Prepare: a resumed at round 6 and finished (4 rounds in 4 s); one more trial not seen yet
+    # Prepare: a resumed at round 6, first reported round 7, finished 3 s later; one trial not seen yet
     clock = Clock()
     progress = Progress(clock)
     progress.advance("a s0", report(7, resumed_from_round=6))
-    clock.now += 4
+    clock.now += 3
     progress.advance("a s0", report(10, resumed_from_round=6, done=True))
     # Execute
     eta = progress.eta(Tally(2, 1, 0, 1, 0))
-    # Assert: 4 rounds in 4 s; left: the unseen trial's 10 rounds
+    # Assert: 3 rounds in 3 s; left: the unseen trial's 10 rounds
     assert eta == pytest.approx(10.0)
 
 
@@ -73,8 +74,8 @@ def test_printer_puts_the_eta_in_the_prefix():
     printer.advance("a s0", report(3))
     # Execute
     printer.event(Tally(1, 0, 1, 0, 0), "a s0: round 3/10")
-    # Assert: 3 rounds in 2 s, 7 left -> 4.67 s
-    assert lines == ["[0/1 done | 1 running | 0 pending | 0 failed | ETA 4.7s] a s0: round 3/10"]
+    # Assert: 2 rounds in 2 s, 7 left
+    assert lines == ["[0/1 done | 1 running | 0 pending | 0 failed | ETA 7.0s] a s0: round 3/10"]
 
 
 def test_summary_has_wall_time_and_the_slowest_cells_summed_over_seeds():

@@ -5,7 +5,7 @@ rounds have run, the suite's estimated time left; one summary line at the end::
     wall time 6m02s; slowest cells: ditto fmnist a1@0.5 (3m10s, 2 seeds), median fmnist a1@0.5 (1m02s, 2 seeds)
 
 The ETA is the rounds left (of the trials seen, plus the unseen ones at the mean length of those seen) over
-the rounds run per second of wall time so far (all trials together, so concurrency counts). A trial's time
+the rounds run per second of wall time since the first report (all trials together, so concurrency counts). A trial's time
 is Ray Tune's ``time_total_s`` of its last report; a cell's is the sum over its seeds.
 """
 
@@ -91,22 +91,26 @@ class Progress:
         self.clock = clock
         self.created = clock()
         self.first_report: float | None = None
+        self.ran_before = 0  # rounds already run when the first report came
         self.trials: dict[str, TrialProgress] = {}
 
     def advance(self, name: str, result: dict) -> None:
         """Record a trial's report (Ray Tune's result dict: round, rounds, done, time_total_s...)."""
-        now = self.clock()
-        if self.first_report is None:
-            self.first_report = now
         start = int(result.get("resumed_from_round", 0) or 0)
         trial = self.trials.setdefault(name, TrialProgress(start, start, int(result.get("rounds", 0) or 0)))
         trial.round = max(trial.round, int(result.get("round", 0) or 0))
         trial.seconds = float(result.get("time_total_s", trial.seconds) or 0.0)
         trial.done = trial.done or bool(result.get("done"))
+        if self.first_report is None:  # the clock starts here: the rounds of this report ran before it
+            self.first_report, self.ran_before = self.clock(), self.ran()
+
+    def ran(self) -> int:
+        """Rounds run by this session's attempts."""
+        return sum(t.round - t.start_round for t in self.trials.values())
 
     def eta(self, counts: Tally) -> float | None:
         """Seconds left for the whole suite; None before any round has run."""
-        ran = sum(t.round - t.start_round for t in self.trials.values())
+        ran = self.ran() - self.ran_before
         elapsed = self.clock() - self.first_report if self.first_report is not None else 0.0
         if ran <= 0 or elapsed <= 0:
             return None
