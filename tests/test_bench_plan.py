@@ -1,8 +1,11 @@
 """Pure parts of the runner: skip/resume planning, checkpoint spacing, progress lines."""
 
+import pytest
+
+from fedarena.bench.budget import CheckpointBudget
 from fedarena.bench.grid import TrialSpec
-from fedarena.bench.progress import round_line, tally
 from fedarena.bench.plan import plan_trials
+from fedarena.bench.progress import round_line, tally
 from fedarena.bench.runner import checkpoint_spacing
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
@@ -37,10 +40,28 @@ def test_auto_checkpoint_spacing_is_about_ten_per_trial_on_evaluation_rounds():
 
 
 def test_checkpoint_spacing_option_then_scale_then_about_ten_per_trial():
-    assert checkpoint_spacing(20, 0, 5000, 10) == 20  # --checkpoint-every
-    assert checkpoint_spacing(None, 0, 5000, 10) == 0  # the scale's: short trials, no checkpoint before the end
-    assert checkpoint_spacing(0, 100, 5000, 10) == 0
-    assert checkpoint_spacing(None, None, 5000, 10) == 500
+    assert checkpoint_spacing(20, 0, 5000, 10) == (20, None)  # --checkpoint-every: exactly those rounds
+    assert checkpoint_spacing(None, 0, 5000, 10) == (0, None)  # the scale's: short trials, none before the end
+    assert checkpoint_spacing(0, 100, 5000, 10) == (0, None)
+    assert checkpoint_spacing(None, None, 5000, 10) == (500, 0.05)  # about ten, within 5% of the trial's time
+
+
+def test_checkpoint_budget_waits_cost_over_fraction_of_training_since_the_last_one():
+    # Prepare: a fake clock; the first checkpoint of a 1 GB state is predicted to take 2 s (500 MB/s)
+    now = [0.0]
+    budget = CheckpointBudget(0.05, clock=lambda: now[0])
+    # Execute / Assert: 2 s / 5% = 40 s of training before the first one
+    now[0] = 39.0
+    assert not budget.allows(10**9)
+    now[0] = 40.0
+    assert budget.allows(10**9)
+    budget.record(3.0)  # it took 3 s: the next one after 60 s more
+    now[0] = 99.0
+    assert not budget.allows(10**9)
+    now[0] = 100.0
+    assert budget.allows(10**9)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        CheckpointBudget(0.0)
 
 
 def test_tally_counts_statuses_and_unseen_trials_as_pending():

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.bench.callback import Planned, StoreStopper, TrackingCallback
 from fedarena.bench.grid import TrialSpec, expand
 from fedarena.bench.guard import (
@@ -215,13 +216,15 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
     return summary
 
 
-def checkpoint_spacing(option: int | None, scale: int | None, rounds: int, eval_every: int) -> int:
-    """Rounds between a trial's checkpoints (0: only the final one): ``--checkpoint-every`` > the scale's
-    ``checkpoint_every`` > about ten per trial."""
+def checkpoint_spacing(option: int | None, scale: int | None, rounds: int, eval_every: int
+                       ) -> tuple[int, float | None]:
+    """(rounds between a trial's checkpoints, 0: only the final one; the time budget): ``--checkpoint-every``
+    > the scale's ``checkpoint_every`` (exactly those rounds) > about ten per trial, each only when
+    checkpoints stay within ``DEFAULT_FRACTION`` of the trial's time (``bench.budget``)."""
     for chosen in (option, scale):
         if chosen is not None:
-            return chosen
-    return auto_checkpoint_every(rounds, eval_every)
+            return chosen, None
+    return auto_checkpoint_every(rounds, eval_every), DEFAULT_FRACTION
 
 
 def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str, Planned], printer: Printer,
@@ -301,10 +304,11 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
              "fail_permanently_at_round": options.fail_permanently_at_round}
     for index, planned in enumerate(plan.values()):
         cfg, spec = planned.spec.config, planned.spec
-        every = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
+        every, budget = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
-            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks, cpus=options.cpus_per_trial)
+            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks, cpus=options.cpus_per_trial,
+            checkpoint_budget=budget)
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from ray import tune
 
+from fedarena.bench.budget import CheckpointBudget
 from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
@@ -72,15 +73,17 @@ PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, K
 
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
                   resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
-                  hooks: dict | None = None, cpus: float | None = None) -> dict:
+                  hooks: dict | None = None, cpus: float | None = None,
+                  checkpoint_budget: float | None = None) -> dict:
     """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
     ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
     benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
     ``hooks``: the test hooks (``fail_once_at_round``, ``fail_permanently_at_round``); ``cpus``: the trial's
-    CPU share (its torch threads)."""
+    CPU share (its torch threads); ``checkpoint_budget``: the most time fraction checkpoints may take
+    (``bench.budget``; None: every ``checkpoint_every`` rounds exactly)."""
     return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
             "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
-            "driver": driver, "cpus": cpus, **(hooks or {})}
+            "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, **(hooks or {})}
 
 
 def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
@@ -116,6 +119,8 @@ class Reporter:
         self.trial, self.payload, self.start = trial, payload, start_round
         self.every = payload["checkpoint_every"]
         self.meter = meter or CostMeter()
+        fraction = payload.get("checkpoint_budget")
+        self.budget = CheckpointBudget(fraction) if fraction else None
 
     def start_trial(self, trial: Trial) -> SimState | None:
         """``run_experiment``'s start hook: check the trial is the driver's, and restore its latest state."""
@@ -137,17 +142,21 @@ class Reporter:
 
     def on_round(self, state: SimState, metrics: dict | None) -> None:
         _injected_failure(self.payload, self.start, state.round)
-        checkpoint = self.every > 0 and state.round % self.every == 0 and state.round < self.trial.cfg.rounds
+        checkpoint = (self.every > 0 and state.round % self.every == 0 and state.round < self.trial.cfg.rounds
+                      and (self.budget is None or self.budget.allows(_state_bytes(state))))
         if (metrics is None or self.every == 0) and not checkpoint:
             return
         result = {**self.base(state.round), "evaluated": metrics is not None, "done": False, **(metrics or {})}
         if not checkpoint:
             tune.report(result)
             return
+        started = time.perf_counter()
         with self.meter.phase("checkpoint"), tempfile.TemporaryDirectory(
                 prefix="fedarena-ckpt-", dir=_scratch(self.payload)) as tmp:  # saved and persisted by Tune
             save_state(Path(tmp), state, self.payload["config_hash"])
             tune.report(result, checkpoint=tune.Checkpoint.from_directory(tmp))
+        if self.budget is not None:
+            self.budget.record(time.perf_counter() - started)
 
     def finish(self, state_round: int, directory: Path) -> None:
         result = {**self.base(state_round), "evaluated": False, "done": True}
@@ -174,6 +183,11 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
     with tempfile.TemporaryDirectory(prefix="fedarena-final-", dir=_scratch(payload)) as tmp:
         write_final(Path(tmp), result)
         reporter.finish(result["final"]["round"], Path(tmp))
+
+
+def _state_bytes(state: SimState) -> int:
+    tensors = [state.w, *state.clients.values()]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _limit_threads(cpus: float | None) -> None:
