@@ -8,7 +8,6 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fedarena import commands
 from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
@@ -92,6 +91,8 @@ def cmd_run(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedarena import commands  # the subcommands' modules load torch, Ray or MLflow
+
     parser = argparse.ArgumentParser(prog="fedarena", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_parser(sub)
@@ -100,10 +101,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_store_early(argv: list[str]) -> None:
+    """``bench run``'s tracking store, checked before the subcommands load torch, Ray and MLflow (seconds):
+    a store file that is not a database, or a read-only folder, is one line in milliseconds."""
+    if argv[:2] != ["bench", "run"]:
+        return
+    from fedarena.tracking.location import check_local_store, tracking_uri
+
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--tracking-uri")
+    known, _ = early.parse_known_args(argv[2:])
+    check_local_store(tracking_uri(known.tracking_uri))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        check_store_early(argv)
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except (ConfigError, UnknownNameError) as err:
         print(f"fedarena: error: {err}", file=sys.stderr)
