@@ -120,6 +120,7 @@ RUN = [
     (("run", *OUT, "--set", "dataset.num_clients=0"), ["num_clients must be a positive integer, got 0"]),
     (("run", *OUT, "--set", "dataset.partition_options=3"), ["partition_options must be a mapping"]),
     (("run", *OUT, "--set", "model.hidden=[x]"), ["hidden must be a list of whole numbers such as [200, 200]"]),
+    (("run", *OUT, "--set", "model.hidden=[64, -1]"), ["hidden lists the widths of the hidden layers, each >= 1"]),
     (("run", *OUT, "--set", "sampling=random"), ["sampling must be one of proportional, uniform; got 'random'"]),
     (("run", *OUT, "--set", "on_divergence=retry"), ["on_divergence must be one of stop, continue"]),
     (("run", *OUT, "--set", "lr=true"), ["lr must be a positive finite number, got True"]),

@@ -62,7 +62,7 @@ VALUES = st.one_of(
     NUMBERS.map(str),
     st.sampled_from(["true", "false", "null", "~", "[]", "{}", "[1, 2]", "[x]", "[clip]", "[-1]", "{a: 1}",
                      "[1,", "{", "'", "a: b: c", "clip", "k_classes", "iid", "lognormal", "auto"]),
-    st.lists(st.integers(0, 40), max_size=3).map(str),
+    st.lists(st.integers(-1, 40), max_size=3).map(str),
     st.text(alphabet="abcxyz_019-.:[]{},' ", max_size=12),
 )
 NAMES = {"dataset": DATASETS, "model": MODELS, "method": METHODS, "attack": ATTACKS, "aggregator": AGGREGATORS}

@@ -65,6 +65,9 @@ def svm(input_shape: tuple[int, ...], num_classes: int, *, l2: float = 0.01, zer
 @MODELS.register("mlp")
 def mlp(input_shape: tuple[int, ...], num_classes: int, *, hidden: tuple[int, ...] = (200, 200)) -> nn.Module:
     """MLP with ReLU; the default (200, 200) gives FedTilt's three linear layers."""
+    if any(h < 1 for h in hidden):
+        raise ConfigError(f"model 'mlp': hidden lists the widths of the hidden layers, each >= 1 (or [] for none), "
+                          f"got {list(hidden)}")
     layers: list[nn.Module] = [nn.Flatten()]
     width = _flat_dim(input_shape)
     for h in hidden:
