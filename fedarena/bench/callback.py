@@ -265,13 +265,19 @@ class TrackingCallback(tune.Callback):
 
 def remove_checkpoints(trial_dir: str, resumed_from: str | None) -> None:
     """Once a trial's run is FINISHED (its result and client table are MLflow artifacts), its checkpoints are
-    of no use: remove them from local storage (a paper-scale Ditto checkpoint is gigabytes), with the earlier
-    benchmark's checkpoint it resumed from. Remote storage (s3://...) is left to its lifecycle rules."""
-    folders = [p for p in Path(trial_dir).glob("checkpoint_*") if p.is_dir()] if "://" not in trial_dir else []
+    of no use: remove them from local storage (a paper-scale Ditto checkpoint is gigabytes), with those of the
+    earlier benchmark's trial it resumed from (the recorded one, and any newer one the store never recorded).
+    Remote storage (s3://...) is left to its lifecycle rules."""
+    folders = _checkpoint_folders(trial_dir)
     if resumed_from and "://" not in resumed_from and Path(resumed_from).name.startswith("checkpoint_"):
-        folders.append(Path(resumed_from))
+        folders += _checkpoint_folders(str(Path(resumed_from).parent))
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _checkpoint_folders(trial_dir: str) -> list[Path]:
+    """The ``checkpoint_*`` folders of one Tune trial folder (the folder names the trial's config hash)."""
+    return [p for p in Path(trial_dir).glob("checkpoint_*") if p.is_dir()] if "://" not in trial_dir else []
 
 
 def _numbers(entry: dict) -> dict:

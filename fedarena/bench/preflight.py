@@ -20,7 +20,7 @@ from fedarena.registry import UnknownNameError
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, build_trial_model, load_dataset
 
-CHECKPOINT_COPIES = 3  # per running trial: the newest in storage, the previous one until Tune drops it, scratch
+CHECKPOINT_COPIES = 4  # per running trial: the two Tune keeps, a newer one until it drops the older, scratch
 
 
 @dataclass

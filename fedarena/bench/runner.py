@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import sys
 import threading
@@ -68,6 +69,15 @@ from fedarena.tracking.runs import FAILED, FINISHED
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
 
 RAY_SHUTDOWN_S = 15.0
+# MLflow's HTTP client retries a failed request 7 times with exponential backoff (about 4 minutes, and up to
+# 120 s per request): a tracking server that goes away would hold the whole benchmark that long before it
+# stops. A benchmark loses nothing by stopping (a rerun resumes), so it gives up after about 15 s of outage;
+# settings of the user's own environment win.
+HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# Checkpoints Tune keeps per trial: the one recorded in the store must survive until the next is recorded
+# (with one, Tune drops it when a newer one arrives, also when recording that one failed).
+CHECKPOINTS_KEPT = 2
 
 
 @dataclass
@@ -177,14 +187,15 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
     suite = load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
-    store, uri = open_store(options.tracking_uri, suite.name)
-    lock = SuiteLock(lock_folder(uri, options.storage), suite.name, uri)
-    if not options.dry_run:
-        lock.acquire(redact(uri))
-    try:
-        return _plan_and_run(options, suite, specs, store, uri, printer)
-    finally:
-        lock.release()
+    with _env(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):
+        store, uri = open_store(options.tracking_uri, suite.name)
+        lock = SuiteLock(lock_folder(uri, options.storage), suite.name, uri)
+        if not options.dry_run:
+            lock.acquire(redact(uri))
+        try:
+            return _plan_and_run(options, suite, specs, store, uri, printer)
+        finally:
+            lock.release()
 
 
 def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: RunStore, uri: str,
@@ -250,7 +261,7 @@ def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str,
             raise StorageFullError(storage_full_message(err, paths, needed)) from None
         if err is callback.store_error:
             raise TrackingError(f"the tracking store {redact(tracking_uri(options.tracking_uri))} failed "
-                                f"({_first_line(err)}); the benchmark stopped, nothing is lost: run the same "
+                                f"({_store_error_line(err)}); the benchmark stopped, nothing is lost: run the same "
                                 f"command again when the store works, unfinished trials resume") from None
         raise
     summary.ray_stuck = not stopped()
@@ -264,6 +275,18 @@ def _exit_stuck(summary: BenchSummary, callback: TrackingCallback, printer: Prin
     _report(summary, callback, printer, suite)
     sys.stdout.flush()
     os._exit(SIGTERM_EXIT)
+
+
+def _store_error_line(err: BaseException) -> str:
+    """The cause of a store's error in a few words: for a server MLflow gave up on, the request and the
+    connection's error (``/api/2.0/mlflow/runs/log-batch: Connection refused``), else the first line."""
+    text = str(err)
+    gave_up = re.search(r"Max retries exceeded with url: (\S+)", text)
+    if gave_up is None:
+        return _first_line(err)
+    reason = re.search(r"\[Errno -?\d+\] ([^\"')]+)|(timed out)", text)
+    words = (reason.group(1) or reason.group(2)) if reason else "no answer"
+    return f"{gave_up.group(1)}: {words}"
 
 
 def _first_line(err: BaseException) -> str:
@@ -312,9 +335,9 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()
-    # Keeping one checkpoint per trial makes Tune snapshot its whole experiment state at every checkpoint
-    # (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
-    keep = 1 if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
+    # Keeping a bounded number of checkpoints per trial makes Tune snapshot its whole experiment state at every
+    # checkpoint (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
+    keep = CHECKPOINTS_KEPT if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
     return tune.Tuner(
         tune.with_resources(tune.with_parameters(run_trial, payloads=payloads), resources),
         param_space={"trial": tune.grid_search(keys)},
