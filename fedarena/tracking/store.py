@@ -14,8 +14,10 @@ from urllib.parse import urlsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from sqlalchemy import create_engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from fedarena.tracking.location import (
     PROBE_TIMEOUT_S,
@@ -67,12 +69,26 @@ def check_store(uri: str) -> MlflowClient:
     scheme = urlsplit(uri).scheme
     if scheme in ("http", "https"):
         _probe_server(uri)
+    if scheme.split("+")[0] in ("postgresql", "mysql"):
+        _probe_database(uri)
     try:  # this MLflow opens (and migrates) the database in the client's constructor
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError, OSError, ImportError) as err:
         raise TrackingError(f"tracking store {redact(uri)} cannot be used: {_first_line(err)}") from None
     return client
+
+
+def _probe_database(uri: str) -> None:
+    """One connection with a short timeout (MLflow retries an unreachable database for about two minutes)."""
+    engine = create_engine(uri, poolclass=NullPool, connect_args={"connect_timeout": int(PROBE_TIMEOUT_S)})
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError as err:
+        raise TrackingError(f"tracking store {redact(uri)} cannot be reached: {_first_line(err.orig or err)}") from None
+    finally:
+        engine.dispose()
 
 
 def _probe_server(uri: str) -> None:
