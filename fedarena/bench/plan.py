@@ -78,15 +78,24 @@ def data_key(planned: Planned) -> tuple:
     return planned.spec.config.dataset["name"], planned.spec.config.dataset.get("data_dir")
 
 
-def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer) -> None:
+def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer, present: set[tuple]) -> None:
+    """One line per trial (new, resume, CANNOT RUN with why; trials whose data is not here are not built),
+    then the summary of what cannot run and the datasets to fetch."""
     problems = {spec.config_hash: error for spec, error in checked.problems}
     for planned in plan.values():
         spec = planned.spec
         word = "CANNOT RUN" if spec.config_hash in problems else ("resume" if planned.run_id else "new   ")
         line = f"  {word} {spec.name} [{spec.config_hash}]"
-        printer.emit(line + (f": {problems[spec.config_hash]}" if spec.config_hash in problems else ""))
+        if spec.config_hash in problems:
+            line += f": {problems[spec.config_hash]}"
+        elif data_key(planned) not in present:
+            line += " (data not here: not checked)"
+        printer.emit(line)
     if checked.problems:
         printer.emit(checked.summary(len(plan)))
+    missing = sorted({data_key(p)[0] for p in plan.values() if data_key(p) not in present})
+    if missing:
+        printer.emit(f"data not here for: {', '.join(missing)} (see `fedarena data info NAME`)")
 
 
 def lock_folder(uri: str, storage: str | Path) -> Path:

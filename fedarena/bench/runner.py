@@ -209,10 +209,10 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
         printer.emit(f"{len(failed)} trial(s) skipped: they failed with an error a rerun cannot fix, e.g. "
                      f"{failed[0][0].name}: {failed[0][1]} (fix the suite, or pass --retry-failed to run them again)")
     cluster = bool(os.environ.get("RAY_ADDRESS"))
-    present = check_data(plan, cluster)
+    present = check_data(plan, cluster or options.dry_run)  # a dry run shows the plan without the data too
     checked = preflight([p.spec for p in plan.values() if data_key(p) in present])
     if options.dry_run:
-        print_plan(plan, checked, printer)
+        print_plan(plan, checked, printer, present)
         summary.unbuildable = len(checked.problems)
         return summary
     if checked.problems:
