@@ -15,12 +15,12 @@ from urllib.parse import urlparse
 import pandas as pd
 
 from fedarena.params import ConfigError
+from fedarena.tracking.paging import all_runs
 
 if TYPE_CHECKING:  # mlflow is imported when a store is read, not when the package is imported
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-PAGE = 1000
 
 
 class LeaderboardError(ConfigError):
@@ -76,16 +76,6 @@ def suite_experiment_id(client: MlflowClient, tracking_uri: str, suite: str) -> 
     return exp.experiment_id
 
 
-def search_all(client: MlflowClient, experiment_id: str) -> list[Run]:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def runs_frame(runs: list[Run]) -> pd.DataFrame:
     """One row per run: run_id, status, start_time, params, tags (not mlflow.*), final metrics."""
     rows = []
@@ -101,7 +91,7 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
 def read_runs(tracking_uri: str, suite: str) -> pd.DataFrame:
     """Every run (any status) of the suite's experiment; a LeaderboardError when there is none."""
     client = client_for(tracking_uri, suite)
-    runs = search_all(client, suite_experiment_id(client, tracking_uri, suite))
+    runs = all_runs(client, suite_experiment_id(client, tracking_uri, suite))
     if not runs:
         raise LeaderboardError(
             f"experiment {suite!r} in {tracking_uri} has no runs (experiments there: "

@@ -34,6 +34,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.tracking.paging import all_runs
 
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
 METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))
@@ -150,13 +151,7 @@ class RunStore:
         return grouped
 
     def _all_runs(self) -> list[Run]:
-        runs, token = [], None
-        while True:
-            page = self.client.search_runs([self.experiment_id], max_results=1000, page_token=token)
-            runs += list(page)
-            token = page.token
-            if not token:
-                return runs
+        return all_runs(self.client, self.experiment_id)
 
 
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:

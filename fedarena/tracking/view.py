@@ -24,6 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.params import ConfigError
 from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.paging import all_runs
 
 VIEW_KEY = "fedarena"
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
@@ -31,7 +32,6 @@ KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 # Benign accuracy, its std across benign devices, worst-10% devices, class-level fairness (mu_sigma, sigma_sigma).
 VIEW_METRICS = ("acc_pooled", "acc_std", "acc_worst10", "class_std_mean", "class_std_std")
 RUN_NAME, DESCRIPTION = "attributes.`Run Name`", "attributes.`Description`"
-PAGE = 1000
 
 
 class UiError(ConfigError):
@@ -68,16 +68,6 @@ def runs_url(host: str, port: int, experiment_id: str) -> str:
     netloc = f"[{shown}]" if ":" in shown else shown
     query = f"workflowType=machine_learning&viewStateShareKey={VIEW_KEY}"
     return f"http://{netloc}:{port}/#/experiments/{experiment_id}/runs?{query}"
-
-
-def all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 def latest_suite_run(client: MlflowClient, experiment: Experiment) -> Run | None:
