@@ -2,8 +2,8 @@
 (real Ray, a real SQLite store in a temporary folder), injects a fault (a corrupt or read-only store, an
 impossible trial, SIGTERM, Ctrl+C, SIGKILL of the driver, a second benchmark of the same suite, a full disk)
 and checks what the user sees (exit status, one line naming the cause, no traceback) and what is left in
-the store (no run lost, duplicated or left RUNNING). Trials are 2 seeds x 1500 cheap rounds on synthetic
-data, checkpointed every 250 rounds, so a fault lands in the middle of a trial.
+the store (no run lost, duplicated or left RUNNING). Trials are 2 seeds x 600 cheap rounds on synthetic
+data, checkpointed every 100 rounds, so a fault lands in the middle of a trial.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-SCALE = {"fixed": {"rounds": 1500, "eval_every": 50},
+SCALE = {"fixed": {"rounds": 600, "eval_every": 20},
          "datasets": [{"label": "synthetic", "dataset": {"name": "synthetic", "num_clients": 8, "max_samples": 60,
                                                            "dim": 20}}],
          "seeds": [0, 1]}
@@ -31,16 +31,18 @@ SUITE = {"name": "faults", "fixed": {"clients_per_round": 4, "local_steps": 2, "
 START_TIMEOUT_S = 240
 
 
-def write_suite(folder: Path, **changes) -> Path:
+def write_suite(folder: Path, rounds: int = 600, **changes) -> Path:
+    """The suite with trials of ``rounds`` rounds, evaluated 30 times."""
+    scale = {**SCALE, "fixed": {"rounds": rounds, "eval_every": rounds // 30}}
     path = folder / "faults.yaml"
-    path.write_text(yaml.safe_dump({**SUITE, **changes}))
+    path.write_text(yaml.safe_dump({**SUITE, "scales": {s: scale for s in ("smoke", "quick", "paper")}, **changes}))
     return path
 
 
 def bench_argv(folder: Path, suite: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "fedarena.cli", "bench", "run", str(suite), "--scale", "smoke",
             "--tracking-uri", f"sqlite:///{folder}/store/mlflow.db", "--storage", str(folder / "ray"),
-            "--num-cpus", "2", "--checkpoint-every", "250", *extra]
+            "--num-cpus", "2", "--checkpoint-every", "100", *extra]
 
 
 class Bench:
@@ -140,10 +142,10 @@ def test_impossible_trial_is_refused_before_ray_and_listed_by_dry_run(tmp_path):
 
 
 def test_sigterm_is_ctrl_c_and_a_second_benchmark_is_refused_then_the_rerun_completes(tmp_path):
-    # Prepare
-    suite = write_suite(tmp_path)
+    # Prepare: trials long enough to outlast the second benchmark's start
+    suite = write_suite(tmp_path, rounds=1500)
     first = Bench(tmp_path, bench_argv(tmp_path, suite))
-    first.wait_for("round 300/1500")
+    first.wait_for("round 150/1500")
     # Execute: a second benchmark of the same suite on the same store, then SIGTERM to the first
     second = run_cli(tmp_path, bench_argv(tmp_path, suite))
     first.proc.send_signal(signal.SIGTERM)
@@ -165,7 +167,7 @@ def test_sigterm_is_ctrl_c_and_a_second_benchmark_is_refused_then_the_rerun_comp
 def test_ctrl_c_shows_the_summary_and_fedarenas_hint_only(tmp_path):
     # Prepare: its own session, so that Ctrl+C reaches the whole process group as in a terminal
     bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path)), new_session=True)
-    bench.wait_for("round 300/1500")
+    bench.wait_for("round 160/600")
     # Execute
     os.killpg(bench.proc.pid, signal.SIGINT)
     code = bench.wait()
@@ -209,7 +211,7 @@ def test_sigkilled_driver_stops_its_workers_and_the_rerun_resumes_every_trial(tm
     # Prepare
     suite = write_suite(tmp_path)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite))
-    bench.wait_for("round 300/1500")
+    bench.wait_for("round 160/600")
     workers = trial_workers(bench.proc.pid)
     leftover = tmp_path / "ray" / ".fedarena" / "tmp" / "faults" / "fedarena-ckpt-left"
     # Execute
@@ -234,7 +236,7 @@ def test_full_disk_is_one_line_and_the_rerun_loses_nothing(tmp_path):
     # Prepare
     suite = write_suite(tmp_path)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite))
-    bench.wait_for("round 300/1500")
+    bench.wait_for("round 160/600")
     # Execute: the store file may not grow any more (a file-size limit on the driver: EFBIG, as a full disk)
     size = (tmp_path / "store" / "mlflow.db").stat().st_size
     resource.prlimit(bench.proc.pid, resource.RLIMIT_FSIZE, (size, size))

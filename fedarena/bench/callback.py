@@ -265,19 +265,31 @@ class TrackingCallback(tune.Callback):
 
 def remove_checkpoints(trial_dir: str, resumed_from: str | None) -> None:
     """Once a trial's run is FINISHED (its result and client table are MLflow artifacts), its checkpoints are
-    of no use: remove them from local storage (a paper-scale Ditto checkpoint is gigabytes), with those of the
-    earlier benchmark's trial it resumed from (the recorded one, and any newer one the store never recorded).
-    Remote storage (s3://...) is left to its lifecycle rules."""
-    folders = _checkpoint_folders(trial_dir)
+    of no use: remove them from local storage (a paper-scale Ditto checkpoint is gigabytes), with those the
+    same trial left in earlier benchmarks of the suite (interrupted ones, recorded in the store or not) and
+    the one it resumed from. Remote storage (s3://...) is left to its lifecycle rules."""
+    if "://" in trial_dir:
+        return
+    folders = _checkpoint_folders(Path(trial_dir))
+    for earlier in _earlier_trial_dirs(Path(trial_dir)):
+        folders += _checkpoint_folders(earlier)
     if resumed_from and "://" not in resumed_from and Path(resumed_from).name.startswith("checkpoint_"):
-        folders += _checkpoint_folders(str(Path(resumed_from).parent))
+        folders += _checkpoint_folders(Path(resumed_from).parent)
     for folder in folders:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _checkpoint_folders(trial_dir: str) -> list[Path]:
-    """The ``checkpoint_*`` folders of one Tune trial folder (the folder names the trial's config hash)."""
-    return [p for p in Path(trial_dir).glob("checkpoint_*") if p.is_dir()] if "://" not in trial_dir else []
+def _earlier_trial_dirs(trial_dir: Path) -> list[Path]:
+    """The same trial's folders in the suite's earlier Tune experiments under the same storage: experiment
+    folders are ``<suite>-<scale>-<date>-<time>`` and trial folders ``<index>_<config hash>``."""
+    experiment, (_, config_hash) = trial_dir.parent, trial_dir.name.split("_", 1)
+    prefix = experiment.name.rsplit("-", 2)[0] + "-"
+    return [d for d in experiment.parent.glob(f"{prefix}*/*_{config_hash}") if d.parent != experiment]
+
+
+def _checkpoint_folders(trial_dir: Path) -> list[Path]:
+    """The ``checkpoint_*`` folders of one Tune trial folder."""
+    return [p for p in trial_dir.glob("checkpoint_*") if p.is_dir()]
 
 
 def _numbers(entry: dict) -> dict:
