@@ -171,7 +171,7 @@ def test_killed_node_trial_resumes_on_the_other_node(cluster, tmp_path, monkeypa
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
         monkeypatch.setenv(name, cluster.env[name])
     monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-    bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path)))
+    bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path, rounds=1500)))
     workers = wait_for_worker_trial(bench, cluster.worker)
     # Execute: kill the worker node's raylet (its workers die with it); the head node stays
     os.kill(cluster.worker.raylet(), signal.SIGKILL)
