@@ -91,10 +91,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench_run(args) -> int:
-    from fedarena.tracking.location import check_local_store, tracking_uri
-
-    check_local_store(tracking_uri(args.tracking_uri))  # milliseconds, before torch, Ray and MLflow load
-    from fedarena.bench.guard import SIGTERM_EXIT
+    from fedarena.bench.guard import SIGTERM_EXIT  # the store was checked first (``cli.check_store_early``)
     from fedarena.bench.runner import BenchOptions, run_bench
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # store creation and migrations log at INFO

@@ -107,12 +107,14 @@ def lock_folder(uri: str, storage: str | Path) -> Path:
     return (meta_dir(storage) or Path.home() / ".cache" / "fedarena") / "locks"
 
 
-def check_free_space(storage: str | Path, at_once: int, checked: Preflight) -> None:
-    """Fail before any trial starts when the storage cannot hold the checkpoints of the trials that run at
-    once (each keeps up to ``CHECKPOINT_COPIES`` copies while it runs; finished trials' are removed)."""
+def check_free_space(storage: str | Path, at_once: int, checked: Preflight) -> int:
+    """The bytes the checkpoints of the trials that run at once need (each keeps up to ``CHECKPOINT_COPIES``
+    copies while it runs; finished trials' are removed); fail before any trial starts when the storage has
+    less free space."""
     free = free_bytes(storage)
     needed = checked.disk_needed(at_once)
     if free is not None and needed > free:
         raise StorageFullError(
             f"storage {storage} has {human(free)} free; the checkpoints of {at_once} trials at once need about "
             f"{human(needed)}. Free space, point --storage at a larger disk, or lower --max-concurrent")
+    return needed

@@ -64,6 +64,7 @@ from fedarena.tracking import (
     tracking_uri,
     version_tags,
 )
+from fedarena.tracking.location import first_line
 from fedarena.tracking.runs import FAILED, FINISHED
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
@@ -220,8 +221,7 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
     if plan:
         at_once = options.max_concurrent or max(1, int((options.num_cpus or os.cpu_count() or 1)
                                                        // options.cpus_per_trial))
-        needed = checked.disk_needed(at_once)
-        check_free_space(options.storage, at_once, checked)
+        needed = check_free_space(options.storage, at_once, checked)
         scale_every = suite.scales[options.scale].checkpoint_every
         _execute(options, suite.name, store, plan, printer, summary, scale_every, needed)
     return summary
@@ -283,15 +283,10 @@ def _store_error_line(err: BaseException) -> str:
     text = str(err)
     gave_up = re.search(r"Max retries exceeded with url: (\S+)", text)
     if gave_up is None:
-        return _first_line(err)
+        return first_line(err)[:300]
     reason = re.search(r"\[Errno -?\d+\] ([^\"')]+)|(timed out)", text)
     words = (reason.group(1) or reason.group(2)) if reason else "no answer"
     return f"{gave_up.group(1)}: {words}"
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0][:300] if lines else type(err).__name__
 
 
 def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer, suite: str) -> None:

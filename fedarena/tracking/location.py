@@ -76,6 +76,12 @@ def check_sqlite_file(db: Path) -> None:
                             f"(a new store is created) or point --tracking-uri / ${ENV_VAR} at another one") from None
 
 
+def first_line(err: BaseException) -> str:
+    """An error's first non-blank line (its type's name if it has no message), for one-line messages."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
 def check_local_store(uri: str) -> None:
     """The checks of a store that need no MLflow (an SQLite file here); other stores pass."""
     db = sqlite_path(uri)

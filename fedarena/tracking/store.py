@@ -24,6 +24,7 @@ from fedarena.tracking.location import (
     TrackingError,
     artifact_root,
     check_local_store,
+    first_line,
     redact,
 )
 
@@ -45,7 +46,7 @@ def check_driver(uri: str) -> None:
     try:
         dialect = make_url(uri).get_dialect()
     except (ArgumentError, ValueError) as err:  # a malformed URI (port), or an unknown driver after '+'
-        raise TrackingError(f"tracking store {redact(uri)}: {_first_line(err)}; write "
+        raise TrackingError(f"tracking store {redact(uri)}: {first_line(err)}; write "
                             f"{database}://user:password@host:port/database (or {database}+DRIVER://...)") from None
     try:
         dialect.import_dbapi()
@@ -54,7 +55,7 @@ def check_driver(uri: str) -> None:
         fix = (f"install fedarena's {extra!r} extra: pip install -e '.[{extra}]' (or make install EXTRAS={extra})"
                if extra and uri.startswith(f"{database}://") else f"install the Python package {dialect.driver!r}")
         raise TrackingError(f"tracking store {redact(uri)} needs the {database} driver {dialect.driver!r}, which "
-                            f"is not installed ({_first_line(err)}); {fix}") from None
+                            f"is not installed ({first_line(err)}); {fix}") from None
 
 
 def check_store(uri: str) -> MlflowClient:
@@ -75,7 +76,7 @@ def check_store(uri: str) -> MlflowClient:
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError, OSError, ImportError) as err:
-        raise TrackingError(f"tracking store {redact(uri)} cannot be used: {_first_line(err)}") from None
+        raise TrackingError(f"tracking store {redact(uri)} cannot be used: {first_line(err)}") from None
     return client
 
 
@@ -86,7 +87,7 @@ def _probe_database(uri: str) -> None:
         with engine.connect():
             pass
     except SQLAlchemyError as err:
-        raise TrackingError(f"tracking store {redact(uri)} cannot be reached: {_first_line(err.orig or err)}") from None
+        raise TrackingError(f"tracking store {redact(uri)} cannot be reached: {first_line(err.orig or err)}") from None
     finally:
         engine.dispose()
 
@@ -101,11 +102,6 @@ def _probe_server(uri: str) -> None:
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
         raise TrackingError(f"MLflow tracking server {redact(uri)} cannot be reached: {reason}") from None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def suite_experiment(client: MlflowClient, uri: str, suite: str) -> str:
