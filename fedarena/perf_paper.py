@@ -4,14 +4,18 @@ Writes random Fashion-MNIST-shaped IDX files (70,000 28x28 images, torchvision's
 data directory, builds trials through the real ``fmnist`` loader and engine at the paper's setting (500
 devices, 10 per round, 2 local steps of batch 16, the 3.27M-parameter CNN) and prints, per method and
 backend: ms per round, one evaluation of every device, one checkpoint (size, save and load time), peak
-device memory in training and in evaluation (CUDA only), and the projected time of the Fashion-MNIST
-Table 1 grid (134 trials of 5,000 rounds, evaluated every 10, ten checkpoints each) run one at a time.
+memory in training and in evaluation and their ratio, and the projected time of the Fashion-MNIST Table 1
+grid (134 trials of 5,000 rounds, evaluated every 10, ten checkpoints each) run one at a time.
+Peak memory: on CUDA the allocator's peak in the timed phases; on a CPU, which keeps no such statistics,
+the peak of live tensor bytes (``tensor_memory.TensorMemory``, resident tensors included) in one more
+round and one more evaluation with personal models forced onto the vmap path (the GPU's).
 Figures are measurements of one run, printed and never asserted; on a CPU use a few rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import struct
 import tempfile
@@ -24,7 +28,9 @@ import torch
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round
+from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.setup import build_trial
+from fedarena.simulation.tensor_memory import TensorMemory
 
 METHODS = {"global": {"name": "global"}, "ditto_lam": {"name": "ditto", "lam": 1.0},
            "ditto_dynamic": {"name": "ditto", "dynamic_lam": True}}
@@ -32,6 +38,9 @@ METHODS = {"global": {"name": "global"}, "ditto_lam": {"name": "ditto", "lam": 1
 # which cost about one global round each (robustness suite: 15 rows x 10 columns, less the excluded cells).
 GRID = {"ditto_dynamic": 10, "global": 124}
 PAPER = {"rounds": 5000, "eval_every": 10, "checkpoints": 10}
+MEMORY_NOTE = {"cpu": "train GB / eval GB (CPU): peak live tensor bytes (TensorMemory, resident tensors included) "
+                      "of one extra round and one extra evaluation, personal models on the vmap evaluation path",
+               "cuda": "train GB / eval GB (CUDA): torch.cuda.max_memory_allocated in the timed rounds and evaluation"}
 
 
 def write_fmnist_shaped(root: Path, seed: int = 0) -> None:
@@ -78,13 +87,31 @@ def measure(cfg: ExperimentConfig, rounds: int) -> dict:
     for _ in range(rounds):
         state = run_round(trial, state)
     _sync(trial.device)
-    row = {"ms_round": 1000 * (time.perf_counter() - start) / rounds, "train_peak_gb": _peak_gb(trial.device)}
+    row = {"ms_round": 1000 * (time.perf_counter() - start) / rounds, "train_peak_gb": _peak_gb(trial.device),
+           "device": trial.device.type}
     _peak_reset(trial.device)
     start = time.perf_counter()
     evaluate_state(trial, state)
     _sync(trial.device)
     row.update(eval_s=time.perf_counter() - start, eval_peak_gb=_peak_gb(trial.device))
+    if trial.device.type == "cpu":
+        row.update(cpu_peaks(trial, state))
     return {**row, **checkpoint_cost(trial, state, cfg.hash())}
+
+
+def cpu_peaks(trial, state) -> dict:
+    """Peak live tensor GB (resident tensors included) of one more round, and of one evaluation (test and
+    validation) with personal models on the vmap path, which a GPU takes and a CPU does not by default."""
+    gc.collect()  # tensors already dead must not count as resident
+    with TensorMemory(resident=True) as meter:
+        run_round(trial, state)
+    train = meter.peak
+    params = trial.method.eval_params(state.w, state.clients)
+    gc.collect()
+    with TensorMemory(resident=True) as meter:
+        for pooled in (trial.test, trial.val):
+            evaluate(trial.model, params, pooled, trial.dataset.num_classes, per_client_loop=False)
+    return {"train_peak_gb": train / 1e9, "eval_peak_gb": meter.peak / 1e9}
 
 
 def checkpoint_cost(trial, state, config_hash: str) -> dict:
@@ -106,15 +133,18 @@ def trial_seconds(row: dict) -> float:
 
 def report(rows: dict[tuple[str, str], dict], backend: str) -> list[str]:
     lines = [f"{'method':<14} {'backend':<10} {'ms/round':>9} {'eval s':>7} {'ckpt GB':>8} {'save s':>7} "
-             f"{'load s':>7} {'train GB':>9} {'eval GB':>8} {'trial s':>8}"]
+             f"{'load s':>7} {'train GB':>9} {'eval GB':>8} {'eval/train':>10} {'trial s':>8}"]
     for (name, back), row in rows.items():
-        gb = [f"{row[k]:.2f}" if row[k] is not None else "n/a" for k in ("train_peak_gb", "eval_peak_gb")]
+        train, ev = row["train_peak_gb"], row["eval_peak_gb"]
+        gb = [f"{v:.2f}" if v is not None else "n/a" for v in (train, ev)]
+        ratio = f"{ev / train:.2f}" if train and ev is not None else "n/a"
         lines.append(f"{name:<14} {back:<10} {row['ms_round']:9.1f} {row['eval_s']:7.2f} {row['ckpt_gb']:8.3f} "
-                     f"{row['ckpt_save_s']:7.2f} {row['ckpt_load_s']:7.2f} {gb[0]:>9} {gb[1]:>8} "
+                     f"{row['ckpt_save_s']:7.2f} {row['ckpt_load_s']:7.2f} {gb[0]:>9} {gb[1]:>8} {ratio:>10} "
                      f"{trial_seconds(row):8.0f}")
     grid = sum(count * trial_seconds(rows[(name, backend)]) for name, count in GRID.items())
     lines.append(f"projected Fashion-MNIST Table 1 grid ({sum(GRID.values())} trials, one at a time, {backend}): "
                  f"{grid / 60:.0f} min (checkpoints {sum(c * PAPER['checkpoints'] * rows[(n, backend)]['ckpt_save_s'] for n, c in GRID.items()) / 60:.1f} min)")
+    lines += [MEMORY_NOTE[kind] for kind in sorted({row["device"] for row in rows.values()}) if kind in MEMORY_NOTE]
     return lines
 
 

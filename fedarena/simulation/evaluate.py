@@ -1,11 +1,15 @@
 """Evaluate every client in a few large batched calls, into per-client, per-class counts.
 
 One shared model: a chunked forward pass over the pooled test set. One model per client (personal
-models): on a GPU, ``vmap`` over chunks of clients of similar test size (padded); on a CPU, one unpadded
-forward pass per client, which is faster there.
+models): on a GPU, ``vmap`` over chunks of clients of similar test size (padded), each chunk's working set
+(gathered parameter rows and activations) bounded by ``EVAL_BYTES``; on a CPU, one unpadded forward pass
+per client, which is faster there.
 """
 
 from __future__ import annotations
+
+import weakref
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -14,9 +18,17 @@ from torch.func import vmap
 from fedarena.models.functional import FlatModel
 from fedarena.simulation.data import Pooled
 from fedarena.simulation.metrics import Counts
+from fedarena.simulation.tensor_memory import TensorMemory
 
 EVAL_CHUNK = 4096  # samples per forward pass for one shared model
-EVAL_ELEMENTS = 2**25  # bound on padded input elements per vmap call (personal models)
+# Bound on one vmap call's working set (personal models): the gathered parameter rows plus what the call
+# allocates per client and per padded sample (measured: vmap_costs). Paper-scale Ditto on Fashion-MNIST keeps a
+# 6.5 GB table of personal models and peaks at 8.3 GB in training (H100; 1.8 GB beyond the table); with 1 GiB,
+# evaluation peaks near table + pooled data + 1 GiB (7.9 GB measured on a CPU), below training, while one call
+# still holds ~80 of the CNN's 13 MB rows or ~1,400 of its padded samples, enough to keep a GPU busy.
+EVAL_BYTES = 2**30
+INDEX_BYTES = 9  # per padded sample, made before the traced part of a vmap call: padded_index's int64 and bool
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {input/param layout: vmap_costs}
 
 
 def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, weight: torch.Tensor,
@@ -32,13 +44,13 @@ def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: tor
 
 @torch.no_grad()
 def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes: int, *,
-             per_client_loop: bool | None = None, key: int | None = None) -> Counts:
+             per_client_loop: bool | None = None, key: int | None = None, budget_bytes: int = EVAL_BYTES) -> Counts:
     """Counts of every client on ``pooled`` (a test or validation split).
 
     ``params`` is [d] (everyone uses the same model) or [num_clients, d] (client k uses row k).
     ``per_client_loop``: personal models one client at a time (None: on a CPU and for batch-norm models).
     ``key``: seeded dropout at evaluation (``models.dropout``; masks follow the pooled sample indices, so
-    every path below draws the same ones); None: none.
+    every path below draws the same ones); None: none. ``budget_bytes``: bound on one vmap call's working set.
     """
     num_clients, classes = len(pooled.sizes), max(num_classes, 1)
     dev = pooled.x.device
@@ -64,26 +76,102 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
             ones = torch.ones(len(pooled.y[sl]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[sl], pooled.owner[sl], ones, num_clients, classes, sums)
     else:
-        forward = vmap(model.forward, in_dims=(0, 0, 0, None), randomness="different")
-        for ids in _client_chunks(pooled):
-            index, real = pooled.padded_index(ids)
-            out = forward(params[torch.as_tensor(ids, device=params.device)], pooled.x[index], index, key)
-            owner = torch.as_tensor(ids, device=dev)[:, None].expand_as(index)
-            _accumulate(model, out.flatten(0, 1), pooled.y[index].flatten(0, 1), owner.flatten(),
-                        real.to(torch.float64).flatten(), num_clients, classes, sums)
+        _evaluate_vmapped(model, params, pooled, key, budget_bytes, sums)
     correct, total, loss = (s.cpu().numpy() for s in sums)
     return Counts(correct.reshape(num_clients, classes), total.reshape(num_clients, classes), loss)
 
 
-def _client_chunks(pooled: Pooled) -> list[np.ndarray]:
-    """Groups of clients of similar test size (little padding) whose padded inputs stay under EVAL_ELEMENTS."""
-    per_sample = int(np.prod(pooled.x.shape[1:])) or 1
-    chunks, current = [], []
-    for k in np.argsort(pooled.sizes, kind="stable"):  # ascending: the last client of a group is its widest
-        if current and max(int(pooled.sizes[k]), 1) * (len(current) + 1) * per_sample > EVAL_ELEMENTS:
+def _evaluate_vmapped(model: FlatModel, params: torch.Tensor, pooled: Pooled, key: int | None, budget_bytes: int,
+                      sums: list[torch.Tensor]) -> None:
+    """Personal models, ``vmap``-ed over chunks of clients whose working set stays under ``budget_bytes``."""
+    forward = vmap(model.forward, in_dims=(0, 0, 0, None), randomness="different")
+    costs = vmap_costs(model, params, pooled, len(sums[0]) // len(sums[2]), key)
+    row_bytes = params.shape[1] * params.element_size()
+    for ids in client_chunks(pooled.sizes, row_bytes + costs.per_client, costs.per_client, costs.per_sample,
+                             budget_bytes - costs.per_call):
+        index, real = pooled.padded_index(ids)
+        owner = torch.as_tensor(ids, device=pooled.x.device)
+        _score(model, forward, _rows(params, ids), pooled.x, pooled.y, index, real, owner, key, sums)
+
+
+def _score(model: FlatModel, forward, rows: torch.Tensor, x: torch.Tensor, y: torch.Tensor, index: torch.Tensor,
+           real: torch.Tensor, owner: torch.Tensor, key: int | None, sums: list[torch.Tensor]) -> None:
+    """Clients ``owner`` [c] with parameters ``rows`` [c, d] on their padded samples ``index`` [c, b] (``real``:
+    not padding) of the pooled ``x``, ``y``, counted into ``sums``."""
+    out = forward(rows, x[index], index, key)
+    owner = owner[:, None].expand_as(index)
+    _accumulate(model, out.flatten(0, 1), y[index].flatten(0, 1), owner.flatten(), real.to(torch.float64).flatten(),
+                len(sums[2]), len(sums[0]) // len(sums[2]), sums)
+
+
+def _rows(params: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+    """The clients' rows: a view for a contiguous ascending range of clients, else a gathered copy."""
+    if _contiguous(ids):
+        return params[int(ids[0]) : int(ids[-1]) + 1]
+    return params[torch.as_tensor(ids, device=params.device)]
+
+
+def _contiguous(ids: np.ndarray) -> bool:
+    return bool(np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids))))
+
+
+def client_chunks(sizes: np.ndarray, gathered_bytes: int, view_bytes: int, sample_bytes: int,
+                  budget_bytes: int) -> list[np.ndarray]:
+    """Groups of clients of similar test size (little padding) whose vmap working set stays under ``budget_bytes``.
+
+    Per client: ``gathered_bytes`` if its group's rows are gathered (a copy), ``view_bytes`` if they are a
+    contiguous ascending range (a view); per padded sample: ``sample_bytes``. A client alone over the budget
+    still gets a group of its own."""
+    chunks, current, contiguous = [], [], True
+    for k in map(int, np.argsort(sizes, kind="stable")):  # ascending: the last client of a group is its widest
+        joined = contiguous and (not current or k == current[-1] + 1)
+        per_client = view_bytes if joined else gathered_bytes
+        if current and (len(current) + 1) * (per_client + max(int(sizes[k]), 1) * sample_bytes) > budget_bytes:
             chunks.append(np.array(current))
-            current = []
+            current, joined = [], True
         current.append(k)
+        contiguous = joined
     if current:
         chunks.append(np.array(current))
     return chunks
+
+
+class VmapCosts(NamedTuple):
+    """Bytes one evaluation vmap call allocates: once, per client (beyond its parameter row), per padded sample."""
+
+    per_call: int
+    per_client: int
+    per_sample: int
+
+
+def vmap_costs(model: FlatModel, params: torch.Tensor, pooled: Pooled, classes: int, key: int | None) -> VmapCosts:
+    """Measured once per model and layout: the bytes of every storage one chunk's vmap call allocates (input
+    gather, forward, loss, counts), traced on the meta device (no memory, no compute) for 2 and 3 clients of 2
+    and 3 samples (a single client or sample takes cheaper paths: conv skips its clones); a sum over all ops,
+    not their peak, so an upper bound."""
+    layout = (tuple(pooled.x.shape[1:]), pooled.x.dtype, tuple(pooled.y.shape[1:]), pooled.y.dtype, params.dtype,
+              classes, key is not None)
+    cache = _COSTS.setdefault(model, {})
+    if layout not in cache:
+        base = _traced_bytes(model, layout, 2, 2)
+        per_sample = max(_traced_bytes(model, layout, 2, 3) - base, 0) // 2
+        per_client = max(_traced_bytes(model, layout, 3, 2) - base - 2 * per_sample, 0)
+        per_call = max(base - 2 * per_client - 4 * per_sample, 0)  # e.g. dropout's per-feature hashes
+        cache[layout] = VmapCosts(per_call, per_client, per_sample + INDEX_BYTES)
+    return cache[layout]
+
+
+@torch.no_grad()
+def _traced_bytes(model: FlatModel, layout: tuple, clients: int, samples: int) -> int:
+    x_shape, x_dtype, y_shape, y_dtype, p_dtype, classes, keyed = layout
+    meta = torch.device("meta")
+    x, y = torch.zeros(1, *x_shape, dtype=x_dtype, device=meta), torch.zeros(1, *y_shape, dtype=y_dtype, device=meta)
+    index = torch.zeros(clients, samples, dtype=torch.long, device=meta)
+    real = torch.ones(clients, samples, dtype=torch.bool, device=meta)
+    owner = torch.zeros(clients, dtype=torch.long, device=meta)
+    rows = torch.zeros(clients, model.dim, dtype=p_dtype, device=meta)
+    sums = [torch.zeros(n, dtype=torch.float64, device=meta) for n in (clients * classes, clients * classes, clients)]
+    forward = vmap(model.forward, in_dims=(0, 0, 0, None), randomness="different")
+    with TensorMemory(meta=True) as meter:
+        _score(model, forward, rows, x, y, index, real, owner, 0 if keyed else None, sums)
+    return meter.allocated

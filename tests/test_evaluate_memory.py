@@ -1,0 +1,136 @@
+"""Evaluation of personal models under a byte budget: the tensor meter, the chunking, unchanged counts, peak memory."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedarena.models.functional import build_model
+from fedarena.simulation.data import Pooled
+from fedarena.simulation.engine import simulate
+from fedarena.simulation.evaluate import _rows, client_chunks, evaluate
+from fedarena.simulation.setup import build_trial
+from fedarena.simulation.tensor_memory import TensorMemory
+
+CPU = torch.device("cpu")
+
+
+def tiny_pooled(sizes: list[int], features: int = 4, classes: int = 3, seed: int = 0) -> Pooled:
+    """Clients with ``sizes`` random samples each, pooled in client order."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = np.array(sizes, dtype=np.int64)
+    x = torch.randn(int(counts.sum()), features, generator=gen)
+    y = torch.randint(0, classes, (int(counts.sum()),), generator=gen)
+    owner = torch.repeat_interleave(torch.arange(len(sizes)), torch.as_tensor(counts))
+    return Pooled(x, y, np.concatenate([[0], np.cumsum(counts)[:-1]]), counts, owner)
+
+
+def tiny_mlp(features: int = 4, hidden: int = 5, classes: int = 3):
+    return build_model("mlp", {"hidden": [hidden]}, (features,), classes, "classification", 0, CPU)[0]
+
+
+def test_meter_counts_new_storages_once_and_frees_them():
+    # Prepare: 1000 float32 = 4000 bytes; 250 float64 = 2000 bytes
+    with TensorMemory() as meter:
+        # Execute
+        a = torch.empty(1000)
+        view = a[::2]  # a view: no new storage
+        a.add_(1.0)  # in place: no new storage
+        b = a + 1  # 4000 more
+        at_two = meter.current
+        del b
+        c = torch.empty(250, dtype=torch.float64)
+        del view
+        at_end = meter.current
+    # Assert
+    assert (at_two, at_end, meter.peak, meter.allocated) == (8000, 6000, 8000, 10000)
+    assert a.numel() + c.numel() == 1250
+
+
+def test_meter_counts_resident_tensors_and_their_release():
+    # Prepare: a tensor alive before the block
+    resident = torch.empty(2500)  # 10,000 bytes
+    # Execute
+    with TensorMemory(resident=True) as meter:
+        at_entry = meter.current
+        del resident
+        after = meter.current
+    # Assert
+    assert at_entry - after == 10000
+
+
+def test_meta_tensors_count_only_when_asked():
+    # Prepare / Execute: 100 float32 on the meta device, under a plain meter nested in a meta-counting one
+    with TensorMemory(meta=True) as tracing:
+        with TensorMemory() as plain:
+            shadow = torch.empty(100, device="meta")
+    # Assert
+    assert (plain.allocated, tracing.allocated) == (0, 400) and shadow.numel() == 100
+
+
+def test_chunks_respect_the_budget_and_keep_one_client_at_least():
+    # Prepare: sizes 3, 1, 2, 5 -> ascending order 1, 2, 0, 3; a gathered client costs 10 bytes, a viewed one 4,
+    # a padded sample 1. {1, 2} is a range (view): 2 * (4 + 2) = 12 <= 20; adding 0 breaks it: 3 * (10 + 3) = 39;
+    # {0, 3} is not a range: 2 * (10 + 5) = 30 > 20; alone, client 3 costs 1 * (10 + 5) = 15 <= 20.
+    sizes = np.array([3, 1, 2, 5])
+    # Execute
+    chunks = client_chunks(sizes, 10, 4, 1, 20)
+    tight = client_chunks(sizes, 10, 4, 1, 1)
+    loose = client_chunks(sizes, 10, 4, 1, 10**6)
+    # Assert
+    assert [c.tolist() for c in chunks] == [[1, 2], [0], [3]]
+    assert [c.tolist() for c in tight] == [[1], [2], [0], [3]]  # each alone over the budget still runs
+    assert [c.tolist() for c in loose] == [[1, 2, 0, 3]]
+
+
+def test_a_contiguous_range_of_clients_is_a_view_and_others_a_copy():
+    # Prepare
+    params = torch.arange(12.0).reshape(6, 2)
+    # Execute
+    ranged, scattered = _rows(params, np.array([2, 3, 4])), _rows(params, np.array([1, 3]))
+    # Assert
+    assert ranged.untyped_storage().data_ptr() == params.untyped_storage().data_ptr()
+    assert scattered.untyped_storage().data_ptr() != params.untyped_storage().data_ptr()
+    assert torch.equal(ranged, params[2:5]) and torch.equal(scattered, params[[1, 3]])
+
+
+@pytest.mark.parametrize("sizes", [[3, 1, 4, 1, 5, 9, 2, 6, 5, 3], [4] * 10], ids=["gathered", "contiguous"])
+@pytest.mark.parametrize("budget", [1, 3000, 10**9])
+def test_vmap_chunks_give_the_per_client_loop_counts(sizes, budget):
+    # Prepare
+    model, pooled = tiny_mlp(), tiny_pooled(sizes)
+    params = torch.randn(len(sizes), model.dim, generator=torch.Generator().manual_seed(1))
+    # Execute
+    loop = evaluate(model, params, pooled, 3, per_client_loop=True)
+    chunked = evaluate(model, params, pooled, 3, per_client_loop=False, budget_bytes=budget)
+    # Assert
+    assert np.array_equal(loop.correct, chunked.correct) and np.array_equal(loop.total, chunked.total)
+    np.testing.assert_allclose(chunked.loss_sum, loop.loss_sum, rtol=1e-6)
+
+
+def test_trained_personal_models_score_the_same_in_small_chunks(small_config):
+    # Prepare: Ditto's personal models after a few rounds on digits
+    trial = build_trial(small_config(method={"name": "ditto", "lam": 0.1}, rounds=2, eval_every=2))
+    state, _ = simulate(trial)
+    personal = state.clients["personal"]
+    # Execute: a budget of a few clients' rows per chunk
+    loop = evaluate(trial.model, personal, trial.test, 10, per_client_loop=True)
+    chunked = evaluate(trial.model, personal, trial.test, 10, per_client_loop=False,
+                       budget_bytes=3 * personal[0].nbytes)
+    # Assert
+    assert np.array_equal(loop.correct, chunked.correct) and np.array_equal(loop.total, chunked.total)
+    np.testing.assert_allclose(chunked.loss_sum, loop.loss_sum, rtol=1e-6)
+
+
+def test_evaluation_peak_stays_within_the_budget():
+    # Prepare: 300 clients of 1,283-parameter MLPs (5,132-byte rows, a 1.5 MB table); 1-8 samples each
+    model = tiny_mlp(features=16, hidden=64)
+    pooled = tiny_pooled([1 + k % 8 for k in range(300)], features=16)
+    params = torch.randn(300, model.dim, generator=torch.Generator().manual_seed(2))
+    budget = 2**18
+    sums_bytes = 8 * (2 * 300 * 3 + 300)  # the float64 counts, allocated once beside the chunks
+    # Execute
+    with TensorMemory() as meter:
+        evaluate(model, params, pooled, 3, per_client_loop=False, budget_bytes=budget)
+    # Assert: the budget holds (it would not with one chunk of every client: the gathered rows alone are 1.5 MB)
+    assert meter.peak <= budget + sums_bytes
+    assert params.nbytes > 5 * (budget + sums_bytes)
