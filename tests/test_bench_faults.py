@@ -142,12 +142,13 @@ def test_impossible_trial_is_refused_before_ray_and_listed_by_dry_run(tmp_path):
 
 
 def test_sigterm_is_ctrl_c_and_a_second_benchmark_is_refused_then_the_rerun_completes(tmp_path):
-    # Prepare: trials long enough to outlast the second benchmark's start
-    suite = write_suite(tmp_path, rounds=1500)
+    # Prepare: the first benchmark holds the suite's lock from its plan line on (before Ray starts)
+    suite = write_suite(tmp_path)
     first = Bench(tmp_path, bench_argv(tmp_path, suite))
-    first.wait_for("round 150/1500")
-    # Execute: a second benchmark of the same suite on the same store, then SIGTERM to the first
+    first.wait_for("suite 'faults' at scale 'smoke'")
+    # Execute: a second benchmark of the same suite on the same store, then SIGTERM to the first mid-trial
     second = run_cli(tmp_path, bench_argv(tmp_path, suite))
+    first.wait_for("round 160/600")
     first.proc.send_signal(signal.SIGTERM)
     code = first.wait()
     stopped = runs(tmp_path)
@@ -207,14 +208,14 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_sigkilled_driver_stops_its_workers_and_the_rerun_resumes_every_trial(tmp_path):
-    # Prepare
+def test_sigkilled_driver_then_a_full_disk_lose_nothing(tmp_path):
+    # Prepare (one scenario: each benchmark costs a Ray start)
     suite = write_suite(tmp_path)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite))
     bench.wait_for("round 160/600")
     workers = trial_workers(bench.proc.pid)
     leftover = tmp_path / "ray" / ".fedarena" / "tmp" / "faults" / "fedarena-ckpt-left"
-    # Execute
+    # Execute: SIGKILL the driver
     bench.proc.kill()
     bench.wait()
     deadline = time.monotonic() + 10
@@ -223,29 +224,23 @@ def test_sigkilled_driver_stops_its_workers_and_the_rerun_resumes_every_trial(tm
     alive = [pid for pid in workers if _is_trial_worker(pid)]
     leftover.mkdir(parents=True, exist_ok=True)  # what a checkpoint being written at the kill leaves
     killed = runs(tmp_path)
-    rerun = run_cli(tmp_path, bench_argv(tmp_path, suite))
-    # Assert: workers gone within 10 s; the runs were RUNNING, the rerun resumed both and removed the leftover
+    # Execute: the rerun resumes; then its store file may not grow any more (a file-size limit on the driver:
+    # EFBIG, as a full disk); then the same command once more
+    resumed = Bench(tmp_path, bench_argv(tmp_path, suite), name="rerun")
+    resumed.wait_for("round 300/600")
+    size = (tmp_path / "store" / "mlflow.db").stat().st_size
+    resource.prlimit(resumed.proc.pid, resource.RLIMIT_FSIZE, (size, size))
+    full_code = resumed.wait()
+    last = run_cli(tmp_path, bench_argv(tmp_path, suite))
+    # Assert: workers gone within 10 s; the runs were RUNNING and the rerun resumed both
     assert workers and not alive, (workers, alive)
     assert sorted(status for _, status, _ in killed) == ["RUNNING", "RUNNING"]
-    assert rerun.returncode == 0 and "2 to resume" in rerun.stdout, rerun.stdout + rerun.stderr
+    assert "2 to resume" in resumed.text(), resumed.text()
+    # Assert: the full disk is one line, and the last rerun completes every trial, leftover folder removed
+    lines = resumed.err.read_text().strip().splitlines()
+    assert full_code == 2 and len(lines) == 1, resumed.text()
+    assert "a write failed for lack of space" in lines[0] and "mlflow.db" in lines[0] and "it resumes" in lines[0]
+    assert_clean(resumed.text())
+    assert last.returncode == 0, last.stdout + last.stderr
     assert_complete(tmp_path)
     assert not leftover.exists()
-
-
-def test_full_disk_is_one_line_and_the_rerun_loses_nothing(tmp_path):
-    # Prepare
-    suite = write_suite(tmp_path)
-    bench = Bench(tmp_path, bench_argv(tmp_path, suite))
-    bench.wait_for("round 160/600")
-    # Execute: the store file may not grow any more (a file-size limit on the driver: EFBIG, as a full disk)
-    size = (tmp_path / "store" / "mlflow.db").stat().st_size
-    resource.prlimit(bench.proc.pid, resource.RLIMIT_FSIZE, (size, size))
-    code = bench.wait()
-    rerun = run_cli(tmp_path, bench_argv(tmp_path, suite))
-    # Assert
-    lines = bench.err.read_text().strip().splitlines()
-    assert code == 2 and len(lines) == 1, bench.text()
-    assert "a write failed for lack of space" in lines[0] and "mlflow.db" in lines[0] and "it resumes" in lines[0]
-    assert_clean(bench.text())
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert_complete(tmp_path)

@@ -1,10 +1,11 @@
 """A benchmark tracked on a real MLflow tracking server (``mlflow server`` on 127.0.0.1 with its own SQLite
 store and artifact folder, reached through ``--tracking-uri http://...``), as a team would share one.
 
-Through the real CLI: the benchmark, the rerun (every trial skipped) and ``fedarena leaderboard`` give what
-they give on an SQLite file; a server killed while trials run stops the benchmark with one line soon (not
-after MLflow's minutes of retries), and once the server is back on the same store the same command resumes
-every trial from its recorded checkpoint: one FINISHED run per trial, every evaluation round logged once.
+Through the real CLI, in one scenario (each step costs a Ray start, so they share one): a server killed while
+trials run stops the benchmark with one line soon (not after MLflow's minutes of retries); once the server is
+back on the same store the same command resumes every trial from its recorded checkpoint (one FINISHED run
+per trial, every evaluation round logged once); a second rerun skips every trial; and ``fedarena
+leaderboard`` through the server gives the table it gives from the server's SQLite file.
 """
 
 from __future__ import annotations
@@ -116,33 +117,14 @@ def assert_finished_once(found: list[dict], rounds: int) -> None:
         assert run["files"] == ["clients.csv", "config.json", "result.json"], run
 
 
-def test_benchmark_rerun_and_leaderboard_on_a_server_as_on_a_file(server, tmp_path):
-    # Prepare
-    suite = write_suite(tmp_path, rounds=100)
-    on_file = f"sqlite:///{tmp_path}/file/mlflow.db"
-    (tmp_path / "file").mkdir()
-    # Execute
-    first = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 50))
-    rerun = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 50))
-    baseline = run_cli(tmp_path, bench_argv(tmp_path, suite, on_file, 50))
-    tables = leaderboard(tmp_path, server.uri, tmp_path / "lb-server"), leaderboard(tmp_path, on_file,
-                                                                                       tmp_path / "lb-file")
-    # Assert
-    assert first.returncode == 0 and "done: 2 finished, 0 failed" in first.stdout, first.stdout + first.stderr
-    assert rerun.returncode == 0 and f"2 already finished in {server.uri} (skipped), 0 to resume, 0 new" in \
-        rerun.stdout, rerun.stdout + rerun.stderr
-    assert baseline.returncode == 0, baseline.stdout + baseline.stderr
-    assert_finished_once(server_runs(server.uri), rounds=100)
-    assert tables[0] == tables[1] and "synthetic,global,clean" in tables[0]
-
-
-def test_server_killed_mid_suite_stops_soon_and_the_rerun_loses_nothing(server, tmp_path):
+def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_and_tabulates(server, tmp_path):
     # Prepare: both trials past their first recorded checkpoint (round 100)
     suite = write_suite(tmp_path, rounds=600)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
     bench.wait_for("s0: round 150/600")
     bench.wait_for("s1: round 150/600")
-    # Execute: kill the server; once the benchmark has stopped, restart it on the same store and rerun
+    # Execute: kill the server; once the benchmark has stopped, restart it on the same store and rerun; rerun
+    # again (nothing left to do), and tabulate through the server and from its SQLite file
     server.kill()
     killed_at = time.monotonic()
     code = bench.wait(timeout=STOPPED_WITHIN_S)
@@ -150,6 +132,9 @@ def test_server_killed_mid_suite_stops_soon_and_the_rerun_loses_nothing(server, 
     server.start()
     left = server_runs(server.uri)
     rerun = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
+    again = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
+    tables = (leaderboard(tmp_path, server.uri, tmp_path / "lb-server"),
+              leaderboard(tmp_path, f"sqlite:///{server.folder}/server.db", tmp_path / "lb-file"))
     # Assert: one line naming the server; the runs were left RUNNING, and resumed from a checkpoint
     print(f"server killed: the benchmark stopped {stopped_after:.1f} s later")
     lines = bench.err.read_text().strip().splitlines()
@@ -163,3 +148,7 @@ def test_server_killed_mid_suite_stops_soon_and_the_rerun_loses_nothing(server, 
     assert_finished_once(found, rounds=600)
     assert all(int(r["tags"]["resumed_from_round"]) >= 100 for r in found), [r["tags"] for r in found]
     assert not list((tmp_path / "ray").rglob("checkpoint_*"))
+    # the second rerun skips both; the leaderboard read through the server is the one read from its store file
+    assert again.returncode == 0 and f"2 already finished in {server.uri} (skipped), 0 to resume, 0 new" in \
+        again.stdout, again.stdout + again.stderr
+    assert tables[0] == tables[1] and "synthetic,global,clean" in tables[0]
