@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import os
 import struct
 import tempfile
 import time
@@ -25,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedarena import perf_concurrent
+from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round
@@ -125,25 +128,32 @@ def checkpoint_cost(trial, state, config_hash: str) -> dict:
         return {"ckpt_gb": size, "ckpt_save_s": saved, "ckpt_load_s": time.perf_counter() - start}
 
 
+def checkpoints_per_trial(row: dict) -> int:
+    """How many of the trial's (about ten) checkpoints the time budget lets through (``bench.budget``: one
+    only after ``save time / fraction`` of training since the last)."""
+    train_s = PAPER["rounds"] * row["ms_round"] / 1000
+    return min(PAPER["checkpoints"], int(train_s / (row["ckpt_save_s"] / DEFAULT_FRACTION)))
+
+
 def trial_seconds(row: dict) -> float:
     evals = PAPER["rounds"] // PAPER["eval_every"]
     return (PAPER["rounds"] * row["ms_round"] / 1000 + evals * row["eval_s"]
-            + PAPER["checkpoints"] * row["ckpt_save_s"])
+            + checkpoints_per_trial(row) * row["ckpt_save_s"])
 
 
 def report(rows: dict[tuple[str, str], dict], backend: str) -> list[str]:
     lines = [f"{'method':<14} {'backend':<10} {'ms/round':>9} {'eval s':>7} {'ckpt GB':>8} {'save s':>7} "
-             f"{'load s':>7} {'train GB':>9} {'eval GB':>8} {'eval/train':>10} {'trial s':>8}"]
+             f"{'load s':>7} {'train GB':>9} {'eval GB':>8} {'eval/train':>10} {'ckpts':>5} {'trial s':>8}"]
     for (name, back), row in rows.items():
         train, ev = row["train_peak_gb"], row["eval_peak_gb"]
         gb = [f"{v:.2f}" if v is not None else "n/a" for v in (train, ev)]
         ratio = f"{ev / train:.2f}" if train and ev is not None else "n/a"
         lines.append(f"{name:<14} {back:<10} {row['ms_round']:9.1f} {row['eval_s']:7.2f} {row['ckpt_gb']:8.3f} "
                      f"{row['ckpt_save_s']:7.2f} {row['ckpt_load_s']:7.2f} {gb[0]:>9} {gb[1]:>8} {ratio:>10} "
-                     f"{trial_seconds(row):8.0f}")
+                     f"{checkpoints_per_trial(row):5d} {trial_seconds(row):8.0f}")
     grid = sum(count * trial_seconds(rows[(name, backend)]) for name, count in GRID.items())
     lines.append(f"projected Fashion-MNIST Table 1 grid ({sum(GRID.values())} trials, one at a time, {backend}): "
-                 f"{grid / 60:.0f} min (checkpoints {sum(c * PAPER['checkpoints'] * rows[(n, backend)]['ckpt_save_s'] for n, c in GRID.items()) / 60:.1f} min)")
+                 f"{grid / 60:.0f} min (checkpoints {sum(c * checkpoints_per_trial(rows[(n, backend)]) * rows[(n, backend)]['ckpt_save_s'] for n, c in GRID.items()) / 60:.1f} min: ckpts per trial as the {DEFAULT_FRACTION:.0%} time budget allows, at most {PAPER['checkpoints']})")
     lines += [MEMORY_NOTE[kind] for kind in sorted({row["device"] for row in rows.values()}) if kind in MEMORY_NOTE]
     return lines
 
@@ -153,13 +163,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per method (a few on a CPU)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--backends", default="batched,sequential")
+    parser.add_argument("--together", default="auto", help="comma-separated counts k of trials started together "
+                        "(own processes; set-up and rounds timed); auto: 4 on a GPU, min(4, cores) on a CPU; 0: skip")
+    parser.add_argument("--together-method", default="global", choices=sorted(METHODS))
     args = parser.parse_args(argv)
+    together = _together_counts(args.together, args.device)
     backends = args.backends.split(",")
     with tempfile.TemporaryDirectory() as data_dir:
         write_fmnist_shaped(Path(data_dir))
         rows = {(name, backend): measure(paper_config(method, backend, Path(data_dir), args.device), args.rounds)
                 for name, method in METHODS.items() for backend in backends}
-    print("\n".join(report(rows, backends[0])))
+        print("\n".join(report(rows, backends[0])), flush=True)
+        if together:
+            cfg = paper_config(METHODS[args.together_method], backends[0], Path(data_dir), args.device)
+            print("\n".join(perf_concurrent.report(cfg, together, args.rounds)))
+
+
+def _together_counts(text: str, device: str) -> list[int]:
+    if text == "auto":
+        on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+        return [4] if on_gpu else [min(4, os.cpu_count() or 1)]
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise SystemExit(f"--together: comma-separated whole numbers or 'auto', got {text!r}") from None
+    if any(k < 0 for k in counts):
+        raise SystemExit(f"--together: counts must be >= 0, got {text!r}")
+    return [k for k in counts if k > 0]
 
 
 if __name__ == "__main__":

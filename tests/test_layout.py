@@ -14,7 +14,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"sections"},
     {"simulation"},
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "perf", "perf_paper", "examples"},
+    {"bench", "leaderboards", "perf", "perf_paper", "perf_concurrent", "examples"},
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow

@@ -38,7 +38,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 from ray import tune
 
 from fedarena.bench.budget import CheckpointBudget
@@ -50,6 +49,7 @@ from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState
 from fedarena.simulation.runner import run_experiment, write_result
 from fedarena.simulation.setup import Trial, build_trial
+from fedarena.simulation.threads import limit_threads
 
 RESULT_FILE, CLIENTS_FILE = "result.json", "clients.csv"
 
@@ -170,7 +170,7 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
     _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):
         return
-    _limit_threads(payload.get("cpus"))
+    limit_threads(payload.get("cpus"))
     reporter = Reporter(None, payload, 0)
     try:
         result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round,
@@ -188,13 +188,6 @@ def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
 def _state_bytes(state: SimState) -> int:
     tensors = [state.w, *state.clients.values()]
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def _limit_threads(cpus: float | None) -> None:
-    """As many torch threads as the trial's CPU share: trials that share a machine must not each start a
-    thread per core (set-up and rounds slow down many-fold when they do)."""
-    if cpus:
-        torch.set_num_threads(max(1, int(cpus)))
 
 
 def _one_line(err: BaseException) -> str:
