@@ -20,7 +20,7 @@ import torch
 
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.engine import initial_state, run_round
-from fedarena.simulation.setup import build_trial
+from fedarena.simulation.setup import build_trial, resolve_device
 from fedarena.simulation.threads import limit_threads
 
 START_TIMEOUT_S = 600  # spawned processes import torch and fedarena before the barrier
@@ -83,7 +83,7 @@ def report(cfg: ExperimentConfig, counts: list[int], rounds: int) -> list[str]:
     throughput of k together relative to one alone."""
     build_trial(cfg)  # the partition cache is written once here: every measured set-up reads it
     alone = run_together(cfg, 1, rounds)[0]
-    lines = [f"trials together ({cfg.method['name']}, {cfg.device}, {os.cpu_count()} cores): set-up s | ms per "
+    lines = [f"trials together ({cfg.method['name']}, {resolve_device(cfg.device).type}, {os.cpu_count()} cores): set-up s | ms per "
              f"round each | throughput vs one alone",
              f"  1 alone: {alone[0]:.1f} s | {alone[1]:.1f} ms | 1.00x"]
     for k in counts:

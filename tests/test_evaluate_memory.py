@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from fedarena.models.functional import build_model
+from fedarena.simulation import evaluate as evaluate_module
 from fedarena.simulation.data import Pooled
 from fedarena.simulation.engine import simulate
-from fedarena.simulation.evaluate import _rows, client_chunks, evaluate
+from fedarena.simulation.evaluate import EVAL_CHUNK, _rows, client_chunks, evaluate, shared_chunk, vmap_costs
 from fedarena.simulation.setup import build_trial
 from fedarena.simulation.tensor_memory import TensorMemory
 
@@ -134,3 +135,27 @@ def test_evaluation_peak_stays_within_the_budget():
     # Assert: the budget holds (it would not with one chunk of every client: the gathered rows alone are 1.5 MB)
     assert meter.peak <= budget + sums_bytes
     assert params.nbytes > 5 * (budget + sums_bytes)
+
+
+def test_shared_chunk_is_the_most_samples_under_the_budget_within_eval_chunk():
+    # Execute / Assert: hand-computed (budget 1,000 bytes)
+    assert shared_chunk(300, 1000) == 3
+    assert shared_chunk(5000, 1000) == 1  # one sample over the budget still runs
+    assert shared_chunk(1, 1000) == 1000
+    assert shared_chunk(0, 2**40) == EVAL_CHUNK
+
+
+def test_one_shared_model_in_budgeted_passes_scores_as_in_one_pass(monkeypatch):
+    # Prepare: 40 clients, 2-9 samples each, one shared MLP
+    model = tiny_mlp(features=16, hidden=64)
+    pooled = tiny_pooled([2 + k % 8 for k in range(40)], features=16)
+    params = torch.randn(model.dim, generator=torch.Generator().manual_seed(3))
+    whole = evaluate(model, params, pooled, 3)
+    # Execute: a budget of a few samples per forward pass
+    monkeypatch.setattr(evaluate_module, "SHARED_EVAL_BYTES", 4 * vmap_costs(model, params, pooled, 3, None).per_sample)
+    with TensorMemory() as meter:
+        passes = evaluate(model, params, pooled, 3)
+    # Assert: the same counts; the working set stays within the budget (plus the counts arrays)
+    assert np.array_equal(passes.correct, whole.correct) and np.array_equal(passes.total, whole.total)
+    np.testing.assert_allclose(passes.loss_sum, whole.loss_sum, rtol=1e-12)
+    assert meter.peak <= evaluate_module.SHARED_EVAL_BYTES + 8 * (2 * 40 * 3 + 40)

@@ -20,7 +20,10 @@ from fedarena.simulation.data import Pooled
 from fedarena.simulation.metrics import Counts
 from fedarena.simulation.tensor_memory import TensorMemory
 
-EVAL_CHUNK = 4096  # samples per forward pass for one shared model
+EVAL_CHUNK = 4096  # samples per forward pass for one shared model, at most
+# ... and at most this many traced bytes per pass (vmap_costs' per-sample bound): a shared model trains on a
+# few small batches, so 4096 Fashion-MNIST CNN samples (~1 GB) peaked at 1.4x training (0.9 GB, CPU meter).
+SHARED_EVAL_BYTES = 2**28
 # Bound on one vmap call's working set (personal models): the gathered parameter rows plus what the call
 # allocates per client and per padded sample (measured: vmap_costs). Paper-scale Ditto on Fashion-MNIST keeps a
 # 6.5 GB table of personal models and peaks at 8.3 GB in training (H100; 1.8 GB beyond the table); with 1 GiB,
@@ -69,9 +72,10 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
             ones = torch.ones(len(pooled.y[rows]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[rows], pooled.owner[rows], ones, num_clients, classes, sums)
     elif params.dim() == 1:
-        for start in range(0, len(pooled.y), EVAL_CHUNK):
-            sl = slice(start, start + EVAL_CHUNK)
-            ids = torch.arange(start, min(start + EVAL_CHUNK, len(pooled.y)), device=dev)
+        chunk = shared_chunk(vmap_costs(model, params, pooled, classes, key).per_sample)
+        for start in range(0, len(pooled.y), chunk):
+            sl = slice(start, start + chunk)
+            ids = torch.arange(start, min(start + chunk, len(pooled.y)), device=dev)
             out = model.forward(params, pooled.x[sl], ids, key)
             ones = torch.ones(len(pooled.y[sl]), dtype=torch.float64, device=dev)
             _accumulate(model, out, pooled.y[sl], pooled.owner[sl], ones, num_clients, classes, sums)
@@ -79,6 +83,13 @@ def evaluate(model: FlatModel, params: torch.Tensor, pooled: Pooled, num_classes
         _evaluate_vmapped(model, params, pooled, key, budget_bytes, sums)
     correct, total, loss = (s.cpu().numpy() for s in sums)
     return Counts(correct.reshape(num_clients, classes), total.reshape(num_clients, classes), loss)
+
+
+def shared_chunk(sample_bytes: int, budget_bytes: int | None = None) -> int:
+    """Samples per forward pass of one shared model: EVAL_CHUNK, fewer where they would pass ``budget_bytes``
+    (None: SHARED_EVAL_BYTES)."""
+    budget = SHARED_EVAL_BYTES if budget_bytes is None else budget_bytes
+    return max(1, min(EVAL_CHUNK, budget // max(sample_bytes, 1)))
 
 
 def _evaluate_vmapped(model: FlatModel, params: torch.Tensor, pooled: Pooled, key: int | None, budget_bytes: int,
