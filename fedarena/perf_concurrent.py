@@ -14,11 +14,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
-import time
-
-import torch
 
 from fedarena.config import ExperimentConfig
+from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import initial_state, run_round
 from fedarena.simulation.setup import build_trial, resolve_device
 from fedarena.simulation.threads import limit_threads
@@ -26,28 +24,20 @@ from fedarena.simulation.threads import limit_threads
 START_TIMEOUT_S = 600  # spawned processes import torch and fedarena before the barrier
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _trial_process(config: dict, threads: int | None, rounds: int, barrier, results) -> None:
     """One trial: wait for the others, then time set-up and ``rounds`` rounds (after a warm-up round)."""
     limit_threads(threads)
     cfg = ExperimentConfig.from_dict(config)
+    meter = CostMeter(resolve_device(cfg.device))  # each phase: a clock synchronised with the device
     barrier.wait(timeout=START_TIMEOUT_S)
-    start = time.perf_counter()
-    trial = build_trial(cfg)
-    state = initial_state(trial)
-    _sync(trial.device)
-    setup_s = time.perf_counter() - start
-    state = run_round(trial, state)
-    _sync(trial.device)
-    start = time.perf_counter()
-    for _ in range(rounds):
-        state = run_round(trial, state)
-    _sync(trial.device)
-    results.put((setup_s, 1000 * (time.perf_counter() - start) / rounds))
+    with meter.phase("setup"):
+        trial = build_trial(cfg)
+        state = initial_state(trial)
+    state = run_round(trial, state)  # warm-up
+    with meter.phase("rounds"):
+        for _ in range(rounds):
+            state = run_round(trial, state)
+    results.put((meter.seconds["setup"], 1000 * meter.seconds["rounds"] / rounds))
 
 
 def run_together(cfg: ExperimentConfig, k: int, rounds: int, threads: str = "share") -> list[tuple[float, float]]:

@@ -24,15 +24,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from fedarena import perf_concurrent
 from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.checkpoint import load_state, save_state
+from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round
 from fedarena.simulation.evaluate import evaluate
-from fedarena.simulation.setup import build_trial
+from fedarena.simulation.setup import build_trial, resolve_device
 from fedarena.simulation.tensor_memory import TensorMemory
 
 METHODS = {"global": {"name": "global"}, "ditto_lam": {"name": "ditto", "lam": 1.0},
@@ -66,40 +66,26 @@ def paper_config(method: dict, backend: str, data_dir: Path, device: str) -> Exp
         "local_steps": 2, "batch_size": 16, "lr": 0.05, "device": device})
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _peak_reset(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _peak_gb(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
-
-
 def measure(cfg: ExperimentConfig, rounds: int) -> dict:
     """ms per round, seconds per evaluation and per checkpoint, checkpoint GB, peak GB per phase."""
     trial = build_trial(cfg)
     state = run_round(trial, initial_state(trial))  # warm-up
-    _sync(trial.device)
-    _peak_reset(trial.device)
-    start = time.perf_counter()
-    for _ in range(rounds):
-        state = run_round(trial, state)
-    _sync(trial.device)
-    row = {"ms_round": 1000 * (time.perf_counter() - start) / rounds, "train_peak_gb": _peak_gb(trial.device),
+    meter = CostMeter(trial.device)  # each phase: synchronised clock, and the allocator's peak on CUDA
+    with meter.phase("rounds"):
+        for _ in range(rounds):
+            state = run_round(trial, state)
+    with meter.phase("eval"):
+        evaluate_state(trial, state)
+    row = {"ms_round": 1000 * meter.seconds["rounds"] / rounds, "eval_s": meter.seconds["eval"],
+           "train_peak_gb": _gb(meter.peak_bytes.get("rounds")), "eval_peak_gb": _gb(meter.peak_bytes.get("eval")),
            "device": trial.device.type}
-    _peak_reset(trial.device)
-    start = time.perf_counter()
-    evaluate_state(trial, state)
-    _sync(trial.device)
-    row.update(eval_s=time.perf_counter() - start, eval_peak_gb=_peak_gb(trial.device))
     if trial.device.type == "cpu":
         row.update(cpu_peaks(trial, state))
     return {**row, **checkpoint_cost(trial, state, cfg.hash())}
+
+
+def _gb(nbytes: int | None) -> float | None:
+    return nbytes / 1e9 if nbytes is not None else None
 
 
 def cpu_peaks(trial, state) -> dict:
@@ -181,8 +167,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _together_counts(text: str, device: str) -> list[int]:
     if text == "auto":
-        on_gpu = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-        return [4] if on_gpu else [min(4, os.cpu_count() or 1)]
+        return [4] if resolve_device(device).type == "cuda" else [min(4, os.cpu_count() or 1)]
     try:
         counts = [int(part) for part in text.split(",")]
     except ValueError:
