@@ -7,11 +7,13 @@ resolved (``fedarena.sections.resolve_config``), so a misspelled key is an error
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +143,19 @@ def parse_value(text: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+
+
+def folder_arg(hint: str, *, uri: bool = False) -> Callable[[str], str]:
+    """An argparse ``type`` for a folder option (``--out``, ``--data-dir``, ``--storage``): an existing file
+    is refused with ``TEXT is a file; HINT``; an absent folder passes (created when written). ``uri``: a
+    remote URI such as s3://bucket/path passes unchecked."""
+
+    def folder(text: str) -> str:
+        if not (uri and "://" in text) and Path(text).exists() and not Path(text).is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a file; {hint}")
+        return text
+
+    return folder
 
 
 def apply_override(data: dict, key: str, value: Any, section_params: dict[str, set[str]]) -> None:

@@ -8,13 +8,14 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
-from fedarena.config import SCALES
+from fedarena.config import SCALES, folder_arg
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+# ``--storage``: a local folder (created if absent) or a remote URI such as s3://bucket/path
+STORAGE = folder_arg("give a folder for the checkpoints (or a URI such as s3://bucket/path)", uri=True)
 
 
 def add_parser(sub) -> None:
@@ -45,7 +46,7 @@ def _add_run_parser(bench_sub) -> None:
     p.add_argument("--max-concurrent", type=_number(int, 1), help="most trials at once (default: as resources allow)")
     p.add_argument("--max-failures", type=_number(int, 0), default=2, help="retries of a failed trial from its checkpoint")
     p.add_argument("--checkpoint-every", type=_number(int, 0), help="rounds between checkpoints (default: ~10 per trial)")
-    p.add_argument("--storage", type=_storage, default="ray_results", help="Ray Tune storage path (checkpoints)")
+    p.add_argument("--storage", type=STORAGE, default="ray_results", help="Ray Tune storage path (checkpoints)")
     p.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite ./mlflow.db)")
     p.add_argument("--num-cpus", type=_number(int, 1), help="CPUs of the local Ray instance (default: all)")
     p.add_argument("--dry-run", action="store_true",
@@ -70,14 +71,6 @@ def _number(kind: type, low: float, high: float | None = None, above: bool = Fal
         return value
 
     return parse
-
-
-def _storage(text: str) -> str:
-    """``--storage``: a local folder (created if absent) or a remote URI such as s3://bucket/path."""
-    if "://" not in text and Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder for the checkpoints (or a URI such as "
-                                         f"s3://bucket/path)")
-    return text
 
 
 def _seeds(text: str) -> tuple[int, ...]:

@@ -64,6 +64,7 @@ from fedarena.tracking import (
     tracking_uri,
     version_tags,
 )
+from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import first_line
 from fedarena.tracking.runs import FAILED, FINISHED
 
@@ -149,22 +150,6 @@ def _shutdown_within(shutdown, seconds: float) -> bool:
     return not worker.is_alive()
 
 
-@contextlib.contextmanager
-def _env(**values: str):
-    """Set environment variables Ray Tune reads in the driver (quiet console: our progress lines are the
-    output), restoring them afterwards."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def check_resources(cpus: float, gpus: float) -> None:
     import ray
 
@@ -188,7 +173,7 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
     suite = load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
-    with _env(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):
+    with env_vars(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):
         store, uri = open_store(options.tracking_uri, suite.name)
         lock = SuiteLock(lock_folder(uri, options.storage), suite.name, uri)
         if not options.dry_run:
@@ -301,8 +286,8 @@ def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer,
 
 def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
     try:  # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record
-        with _env(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
-                  TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
+        with env_vars(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
+                      TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
             tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl+C (or SIGTERM) while Tune was stopping: the runs close below
         pass

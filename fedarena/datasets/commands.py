@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-from pathlib import Path
 
+from fedarena.config import folder_arg
 from fedarena.params import ConfigError
+
+# ``--data-dir``: a folder (created by ``fetch`` if absent), not an existing file
+DATA_DIR = folder_arg("give the data folder (default: $FEDARENA_DATA_DIR or ~/.cache/fedarena)")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("data", help="download, verify and inspect datasets")
     p.add_argument("action", choices=("fetch", "info", "list"), help="fetch: download + verify; info: what is present")
     p.add_argument("name", nargs="?", help="dataset name (see `fedarena data list`)")
-    p.add_argument("--data-dir", type=_folder, help="data cache directory (default: $FEDARENA_DATA_DIR or ~/.cache/fedarena)")
+    p.add_argument("--data-dir", type=DATA_DIR, help="data cache directory (default: $FEDARENA_DATA_DIR or ~/.cache/fedarena)")
     p.add_argument("--json", action="store_true", help="info as JSON")
     p.add_argument("--no-verify", action="store_true", help="info: skip checksums")
     p.set_defaults(func=run)
-
-
-def _folder(text: str) -> str:
-    """``--data-dir``: a folder (created by ``fetch`` if absent), not an existing file."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give the data folder (default: $FEDARENA_DATA_DIR or "
-                                         f"~/.cache/fedarena)")
-    return text
 
 
 def run(args) -> int:

@@ -39,14 +39,11 @@ def dataset_options(name: str, options: dict) -> dict:
 
 
 def check_shared_options(name: str, options: dict) -> None:
-    """Options many builders share, checked before any data is read: ``num_clients`` (a positive integer)
-    and ``partition_options`` (a mapping)."""
+    """``num_clients`` must be positive, checked before any data is read (its type, and that of
+    ``partition_options``, were checked against the builder's signature by ``resolve``)."""
     clients = options.get("num_clients")
-    if clients is not None and (isinstance(clients, bool) or not isinstance(clients, int) or clients < 1):
+    if clients is not None and clients < 1:
         raise ConfigError(f"dataset {name!r}: num_clients must be a positive integer, got {clients!r}")
-    if not isinstance(options.get("partition_options") or {}, dict):
-        raise ConfigError(f"dataset {name!r}: partition_options must be a mapping of the partition's options "
-                          f"(e.g. {{alpha: 0.5}}), got {options['partition_options']!r}")
 
 
 def build_dataset(name: str, options: dict, rng: np.random.Generator):

@@ -78,6 +78,18 @@ def leaderboard_tables(
     return tables + selection_tables(variants) + ([view] if view is not None else []), cells, prepared
 
 
+def suite_tables(suite: str, tracking_uri: str, *, ci: bool = True, scale: str | None = None
+                 ) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
+    """:func:`leaderboard_tables` of the suite's runs in the store (what ``fedarena leaderboard`` and
+    ``fedarena report`` show); a suite without finished runs is a LeaderboardError naming it, the store and
+    how to fill it (the reader's own errors already do)."""
+    runs = read_runs(tracking_uri, suite)
+    try:
+        return leaderboard_tables(runs, ci=ci, scale=scale)
+    except LeaderboardError as err:  # leaderboard_tables' only error: no finished runs
+        raise LeaderboardError(f"suite {suite!r} in {tracking_uri}: {err}; {fill_hint(suite)}") from None
+
+
 def write_tables(tables: list[Table], out_dir: Path, fmt: str) -> list[Path]:
     paths = []
     for table in tables:
@@ -105,21 +117,17 @@ def build_leaderboards(
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown leaderboard format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    runs = read_runs(tracking_uri, suite)
-    try:
-        tables, cells, prepared = leaderboard_tables(runs, ci=ci, scale=scale)
-    except LeaderboardError as err:
-        raise LeaderboardError(f"suite {suite!r} in {tracking_uri}: {err}; {fill_hint(suite)}") from None
+    tables, cells, prepared = suite_tables(suite, tracking_uri, ci=ci, scale=scale)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = write_tables(tables, out, fmt)
     if figures:
-        paths += figure_files(tracking_uri, cells, prepared, out)
+        paths += figure_files(tracking_uri, cells, chosen_runs(prepared, cells), out)
     return paths
 
 
-def figure_files(tracking_uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, out: Path) -> list[Path]:
-    """Figure 3, Figure 5 and the learning curves of the runs the tables show, as PNG files in ``out``."""
-    shown = chosen_runs(prepared, cells)
+def figure_files(tracking_uri: str, cells: pd.DataFrame, shown: pd.DataFrame, out: Path) -> list[Path]:
+    """Figure 3, Figure 5 and the learning curves of the runs the tables show (``chosen_runs``), as PNG files
+    in ``out``."""
     history = read_histories(tracking_uri, list(shown["run_id"]))
     return write_figures(cells, shown, history, out)

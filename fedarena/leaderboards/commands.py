@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from fedarena.config import SCALES
+from fedarena.config import SCALES, folder_arg
+
+# ``fedarena leaderboard --out``: a folder (created if absent), not an existing file
+OUT_FOLDER = folder_arg("give a folder for the tables and figures")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("leaderboard", help="build Table 1/2/3-style leaderboards from the MLflow store")
     p.add_argument("suite", help="suite (= MLflow experiment) name, e.g. robustness")
     p.add_argument("--format", default="markdown", choices=("latex", "markdown", "html", "csv"))
-    p.add_argument("--out", type=_out_folder, default="leaderboards", help="output directory")
+    p.add_argument("--out", type=OUT_FOLDER, default="leaderboards", help="output directory")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
     p.add_argument("--scale", choices=SCALES, help="only runs of this scale")
     p.add_argument("--no-ci", action="store_true",
@@ -33,43 +35,38 @@ def _add_report_parser(sub) -> None:
     p.set_defaults(func=run_report)
 
 
-def _out_folder(text: str) -> str:
-    """``--out``: a folder (created if absent), not an existing file."""
-    if Path(text).exists() and not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give a folder for the tables and figures")
-    return text
-
-
 def run(args) -> int:
     from fedarena.leaderboards import build_leaderboards
-    from fedarena.leaderboards.reader import LeaderboardError, local_store_path
-    from fedarena.tracking.location import redact, tracking_uri
-    from fedarena.tracking.store import check_store
+    from fedarena.leaderboards.reader import redacted_errors
+    from fedarena.tracking.location import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
-    local = local_store_path(uri)
-    if local is None or local.exists():  # a missing local store: the reader says how to fill it, creating none
-        check_store(uri)  # a missing driver, a corrupt file, a server that does not answer: one line
-    try:
+    _check_store(uri)
+    with redacted_errors(uri):  # its messages name the store: never with its password
         paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=not args.no_ci, scale=args.scale,
                                    figures=not args.no_figures)
-    except LeaderboardError as err:  # its messages name the store: never with its password
-        raise LeaderboardError(str(err).replace(uri, redact(uri))) from None
     for path in paths:
         print(path)
     return 0
 
 
 def run_report(args) -> int:
-    from fedarena.leaderboards.reader import local_store_path
-    from fedarena.leaderboards.report import build_report, writable_folder
+    from fedarena.leaderboards.report import writable_folder, write_report
     from fedarena.tracking.location import tracking_uri
-    from fedarena.tracking.store import check_store
 
     uri = tracking_uri(args.tracking_uri)
-    writable_folder(args.out)  # before reading anything
-    local = local_store_path(uri)
-    if local is None or local.exists():  # a missing local store: the reader says how to fill it, creating none
-        check_store(uri)
-    print(build_report(args.suite, uri, args.out, ci=not args.no_ci, scale=args.scale))
+    folder = writable_folder(args.out)  # before reading anything
+    _check_store(uri)
+    print(write_report(args.suite, uri, folder, ci=not args.no_ci, scale=args.scale))
     return 0
+
+
+def _check_store(uri: str) -> None:
+    """A driver missing, a corrupt file, a server that does not answer: one line. A missing local store is
+    left to the reader, which says how to fill it (checking would create an empty one)."""
+    from fedarena.leaderboards.reader import local_store_path
+    from fedarena.tracking.store import check_store
+
+    local = local_store_path(uri)
+    if local is None or local.exists():
+        check_store(uri)

@@ -9,8 +9,6 @@ fair; a long lower whisker is a group of devices the model serves badly.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,24 +21,10 @@ from mlflow.exceptions import MlflowException  # noqa: E402
 
 from fedarena.leaderboards.figures import FIGURE_METHODS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
 from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
+from fedarena.tracking.environ import env_vars  # noqa: E402
 from fedarena.tracking.labels import CLIENTS_ARTIFACT  # noqa: E402
 
 MAX_METHODS = 12
-PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-
-
-@contextlib.contextmanager
-def quiet_downloads():
-    """No MLflow progress bar per artifact downloaded (one per run: hundreds of bars)."""
-    old = os.environ.get(PROGRESS_BAR)
-    os.environ[PROGRESS_BAR] = "false"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(PROGRESS_BAR, None)
-        else:
-            os.environ[PROGRESS_BAR] = old
 
 
 def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFrame, int]:
@@ -49,7 +33,8 @@ def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFr
 
     client = MlflowClient(tracking_uri=tracking_uri)
     frames, missing = [], 0
-    with tempfile.TemporaryDirectory() as tmp, quiet_downloads():
+    # no MLflow progress bar per artifact downloaded (one per run: hundreds of bars)
+    with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
         for run_id in run_ids:
             try:
                 path = client.download_artifacts(run_id, CLIENTS_ARTIFACT, str(Path(tmp, run_id)))

@@ -8,6 +8,7 @@ and per-round metrics (the latest value is the final one). Everything goes throu
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -15,6 +16,7 @@ from urllib.parse import urlparse
 import pandas as pd
 
 from fedarena.params import ConfigError
+from fedarena.tracking.location import redact
 from fedarena.tracking.paging import all_runs
 
 if TYPE_CHECKING:  # mlflow is imported when a store is read, not when the package is imported
@@ -25,6 +27,15 @@ if TYPE_CHECKING:  # mlflow is imported when a store is read, not when the packa
 
 class LeaderboardError(ConfigError):
     """No runs to build leaderboards from: the message says what exists and how to fill a suite."""
+
+
+@contextlib.contextmanager
+def redacted_errors(tracking_uri: str):
+    """LeaderboardErrors raised in the block name the store: re-raised with its password replaced by ``***``."""
+    try:
+        yield
+    except LeaderboardError as err:
+        raise LeaderboardError(str(err).replace(tracking_uri, redact(tracking_uri))) from None
 
 
 def fill_hint(suite: str) -> str:

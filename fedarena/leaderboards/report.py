@@ -19,12 +19,12 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena import __version__
-from fedarena.leaderboards.build import figure_files, leaderboard_tables
+from fedarena.leaderboards.build import figure_files, suite_tables
 from fedarena.leaderboards.fairness import read_client_tables, write_device_figures
 from fedarena.leaderboards.figures import file_stem
 from fedarena.leaderboards.page import Section, figure_lines, render_page, table_lines
 from fedarena.leaderboards.provenance import provenance_tables
-from fedarena.leaderboards.reader import LeaderboardError, fill_hint, read_runs
+from fedarena.leaderboards.reader import redacted_errors
 from fedarena.leaderboards.selection import chosen_runs
 from fedarena.leaderboards.tables import Table
 from fedarena.params import ConfigError
@@ -53,21 +53,10 @@ def writable_folder(out: str | Path) -> Path:
     return folder
 
 
-def read_suite(suite: str, uri: str, ci: bool, scale: str | None):
-    """(tables, cells, prepared runs) of the suite; LeaderboardError naming the store (redacted) otherwise."""
-    try:
-        return leaderboard_tables(read_runs(uri, suite), ci=ci, scale=scale)
-    except LeaderboardError as err:
-        text = str(err).replace(uri, redact(uri))
-        if "no finished runs" in text:
-            text = f"suite {suite!r} in {redact(uri)}: {text}; {fill_hint(suite)}"
-        raise LeaderboardError(text) from None
-
-
 def figures(uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, folder: Path) -> tuple[list[Path], int]:
     """The figure files (Figure 3, 5, curves, device accuracies) in ``folder``; and runs without a client table."""
-    paths = figure_files(uri, cells, prepared, folder)
     shown = chosen_runs(prepared, cells)
+    paths = figure_files(uri, cells, shown, folder)
     clients, missing = read_client_tables(uri, list(shown["run_id"]))
     return paths + write_device_figures(cells, shown, clients, folder), missing
 
@@ -103,8 +92,14 @@ def meta(suite: str, uri: str, prepared: pd.DataFrame, now: datetime) -> list[tu
 def build_report(suite: str, tracking_uri: str, out_dir: str | Path, *, ci: bool = True, scale: str | None = None,
                  now: datetime | None = None) -> Path:
     """Write ``out_dir/<suite>.html`` (see the module docstring); returns its path."""
-    folder = writable_folder(out_dir)
-    tables, cells, prepared = read_suite(suite, tracking_uri, ci, scale)
+    return write_report(suite, tracking_uri, writable_folder(out_dir), ci=ci, scale=scale, now=now)
+
+
+def write_report(suite: str, tracking_uri: str, folder: Path, *, ci: bool = True, scale: str | None = None,
+                 now: datetime | None = None) -> Path:
+    """:func:`build_report` into a folder :func:`writable_folder` returned (the CLI checks it before the store)."""
+    with redacted_errors(tracking_uri):
+        tables, cells, prepared = suite_tables(suite, tracking_uri, ci=ci, scale=scale)
     facts = meta(suite, tracking_uri, prepared, now or datetime.now(UTC))
     with tempfile.TemporaryDirectory() as tmp:
         paths, missing = figures(tracking_uri, cells, prepared, Path(tmp))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
@@ -141,7 +141,7 @@ class RunStore:
     def runs_by_hash(self) -> dict[str, list[RunSummary]]:
         """Every run of the experiment grouped by its ``config_hash`` tag, newest first."""
         grouped: dict[str, list[RunSummary]] = {}
-        for run in self._all_runs():
+        for run in all_runs(self.client, self.experiment_id):
             key = run.data.tags.get("config_hash")
             if key:
                 grouped.setdefault(key, []).append(
@@ -149,9 +149,6 @@ class RunStore:
         for runs in grouped.values():
             runs.sort(key=lambda r: r.start_time or 0, reverse=True)
         return grouped
-
-    def _all_runs(self) -> list[Run]:
-        return all_runs(self.client, self.experiment_id)
 
 
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
