@@ -50,3 +50,17 @@ def write_linear_vehicle(root, sizes=(60, 80, 70, 90), dim=5):
 def linear_vehicle(tmp_path):
     """A data directory holding a tiny learnable vehicle.mat (a binary -1/+1 task for the linear SVM)."""
     return write_linear_vehicle(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def report(tmp_path_factory):
+    """The report of the store of ``store_for_views`` (built once; its users only read it, and ``fedarena
+    report`` only reads the store): (page text, store URI, page path)."""
+    from store_for_views import NAME, fill_store
+
+    from fedarena.leaderboards.report import build_report
+
+    folder = tmp_path_factory.mktemp("report")
+    uri = fill_store(folder)
+    path = build_report(NAME, uri, folder / "out")
+    return path.read_text(encoding="utf-8"), uri, path

@@ -16,7 +16,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_bench_faults import Bench, write_suite
+from local_ports import free_port
+from test_bench_faults import Bench, children, cmdline, is_trial_worker, write_suite
 
 RAY = str(Path(sys.executable).parent / "ray")
 NODE_START_S = 120
@@ -34,26 +34,6 @@ RESUME_TIMEOUT_S = 420
 # The GCS declares a node dead after failed health checks (about 15 s by default): sooner here.
 HEALTH = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
           "RAY_health_check_failure_threshold": "3"}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -68,7 +48,7 @@ class Node:
 
     def trial_workers(self) -> list[int]:
         raylet = self.raylet()
-        return [pid for pid in children(raylet) if cmdline(pid).startswith("ray::ImplicitFunc")] if raylet else []
+        return [pid for pid in children(raylet) if is_trial_worker(pid)] if raylet else []
 
     def started(self) -> bool:
         return "Ray runtime started" in self.log.read_text()
@@ -185,6 +165,6 @@ def test_killed_node_trial_resumes_on_the_other_node(cluster, tmp_path, monkeypa
     assert all(r["status"] == "FINISHED" and r["steps"] == list(range(50, 1501, 50)) for r in found), found
     retried = [r for r in found if r["tags"].get("num_failures", "0") != "0"]
     assert len(retried) == 1 and int(retried[0]["tags"]["resumed_from_round"]) >= 250, found
-    assert not any(cmdline(pid).startswith("ray::ImplicitFunc") for pid in workers)
+    assert not any(is_trial_worker(pid) for pid in workers)
     assert cluster.head.raylet() is not None and cluster.worker.raylet() is None
     assert not list((tmp_path / "ray").rglob("checkpoint_*"))

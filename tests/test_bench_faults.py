@@ -20,14 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-SCALE = {"fixed": {"rounds": 600, "eval_every": 20},
-         "datasets": [{"label": "synthetic", "dataset": {"name": "synthetic", "num_clients": 8, "max_samples": 60,
+SCALE = {"datasets": [{"label": "synthetic", "dataset": {"name": "synthetic", "num_clients": 8, "max_samples": 60,
                                                            "dim": 20}}],
          "seeds": [0, 1]}
 SUITE = {"name": "faults", "fixed": {"clients_per_round": 4, "local_steps": 2, "batch_size": 16, "lr": 0.05},
          "methods": [{"label": "global", "method": {"name": "global"}}],
-         "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]}],
-         "scales": {scale: SCALE for scale in ("smoke", "quick", "paper")}}
+         "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]}]}
 START_TIMEOUT_S = 240
 
 
@@ -39,9 +37,11 @@ def write_suite(folder: Path, rounds: int = 600, **changes) -> Path:
     return path
 
 
-def bench_argv(folder: Path, suite: Path, *extra: str) -> list[str]:
+def bench_argv(folder: Path, suite: Path, *extra: str, uri: str | None = None) -> list[str]:
+    """``bench run`` of ``suite`` at scale smoke, checkpointed every 100 rounds, tracked in ``uri`` (by default
+    the SQLite store ``folder/store/mlflow.db``)."""
     return [sys.executable, "-m", "fedarena.cli", "bench", "run", str(suite), "--scale", "smoke",
-            "--tracking-uri", f"sqlite:///{folder}/store/mlflow.db", "--storage", str(folder / "ray"),
+            "--tracking-uri", uri or f"sqlite:///{folder}/store/mlflow.db", "--storage", str(folder / "ray"),
             "--num-cpus", "2", "--checkpoint-every", "100", *extra]
 
 
@@ -185,23 +185,26 @@ def trial_workers(root: int) -> list[int]:
     dashboard and runtime-env agents end on their own within about a minute)."""
     found, queue = [], [root]
     while queue:
-        pid = queue.pop()
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
+        for child in children(queue.pop()):
             queue.append(child)
-            if _is_trial_worker(child):
+            if is_trial_worker(child):
                 found.append(child)
     return found
 
 
-def _is_trial_worker(pid: int) -> bool:
-    return _cmdline(pid).startswith("ray::ImplicitFunc")
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (none once it has ended)."""
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
-def _cmdline(pid: int) -> str:
+def is_trial_worker(pid: int) -> bool:
+    return cmdline(pid).startswith("ray::ImplicitFunc")
+
+
+def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
@@ -219,9 +222,9 @@ def test_sigkilled_driver_then_a_full_disk_lose_nothing(tmp_path):
     bench.proc.kill()
     bench.wait()
     deadline = time.monotonic() + 10
-    while any(map(_is_trial_worker, workers)) and time.monotonic() < deadline:
+    while any(map(is_trial_worker, workers)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    alive = [pid for pid in workers if _is_trial_worker(pid)]
+    alive = [pid for pid in workers if is_trial_worker(pid)]
     leftover.mkdir(parents=True, exist_ok=True)  # what a checkpoint being written at the kill leaves
     killed = runs(tmp_path)
     # Execute: the rerun resumes; then its store file may not grow any more (a file-size limit on the driver:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,19 +20,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
+from local_ports import free_port
 from mlflow.tracking import MlflowClient
-from test_bench_faults import SCALE, SUITE, Bench, assert_clean, run_cli
+from test_bench_faults import Bench, assert_clean, bench_argv, run_cli, write_suite
 
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 SERVER_START_S = 120
 STOPPED_WITHIN_S = 150  # MLflow's default retries took over 4 minutes; the benchmark allows about 20 s
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Server:
@@ -78,18 +71,6 @@ def server(tmp_path):
     running.kill()
 
 
-def write_suite(folder: Path, rounds: int) -> Path:
-    scale = {**SCALE, "fixed": {"rounds": rounds, "eval_every": 50}}
-    path = folder / "faults.yaml"
-    path.write_text(yaml.safe_dump({**SUITE, "scales": {s: scale for s in ("smoke", "quick", "paper")}}))
-    return path
-
-
-def bench_argv(folder: Path, suite: Path, uri: str, every: int) -> list[str]:
-    return [sys.executable, "-m", "fedarena.cli", "bench", "run", str(suite), "--scale", "smoke", "--tracking-uri",
-            uri, "--storage", str(folder / "ray"), "--num-cpus", "2", "--checkpoint-every", str(every)]
-
-
 def leaderboard(folder: Path, uri: str, out: Path) -> str:
     result = run_cli(folder, [sys.executable, "-m", "fedarena.cli", "leaderboard", "faults", "--tracking-uri", uri,
                               "--format", "csv", "--no-figures", "--out", str(out)])
@@ -113,16 +94,16 @@ def server_runs(uri: str) -> list[dict]:
 def assert_finished_once(found: list[dict], rounds: int) -> None:
     assert len(found) == 2 and len({r["tags"]["config_hash"] for r in found}) == 2, found
     for run in found:
-        assert run["status"] == "FINISHED" and run["steps"] == list(range(50, rounds + 1, 50)), run
+        assert run["status"] == "FINISHED" and run["steps"] == list(range(20, rounds + 1, 20)), run
         assert run["files"] == ["clients.csv", "config.json", "result.json"], run
 
 
 def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_and_tabulates(server, tmp_path):
     # Prepare: both trials past their first recorded checkpoint (round 100)
-    suite = write_suite(tmp_path, rounds=600)
-    bench = Bench(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
-    bench.wait_for("s0: round 150/600")
-    bench.wait_for("s1: round 150/600")
+    suite = write_suite(tmp_path)
+    bench = Bench(tmp_path, bench_argv(tmp_path, suite, uri=server.uri))
+    bench.wait_for("s0: round 160/600")
+    bench.wait_for("s1: round 160/600")
     # Execute: kill the server; once the benchmark has stopped, restart it on the same store and rerun; rerun
     # again (nothing left to do), and tabulate through the server and from its SQLite file
     server.kill()
@@ -131,8 +112,8 @@ def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_a
     stopped_after = time.monotonic() - killed_at
     server.start()
     left = server_runs(server.uri)
-    rerun = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
-    again = run_cli(tmp_path, bench_argv(tmp_path, suite, server.uri, 100))
+    rerun = run_cli(tmp_path, bench_argv(tmp_path, suite, uri=server.uri))
+    again = run_cli(tmp_path, bench_argv(tmp_path, suite, uri=server.uri))
     tables = (leaderboard(tmp_path, server.uri, tmp_path / "lb-server"),
               leaderboard(tmp_path, f"sqlite:///{server.folder}/server.db", tmp_path / "lb-file"))
     # Assert: one line naming the server; the runs were left RUNNING, and resumed from a checkpoint

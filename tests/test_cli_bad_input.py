@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from local_ports import free_port
 
 from fedarena import cli
 from fedarena.attacks.base import ATTACKS
@@ -274,12 +274,6 @@ def isolated(folder, monkeypatch):
         raise AssertionError(f"the MLflow UI would have started on {host}:{port} ({uri})")
 
     monkeypatch.setattr(bench_commands, "ui_command", no_server)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def fill(argv: tuple[str, ...], folder: Path, store_uri: str = "") -> list[str]:

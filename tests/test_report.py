@@ -44,15 +44,6 @@ def test_device_accuracies_are_the_benign_clients_of_the_main_methods():
     assert data.values.tolist() == [["krum", "a1", 0.5, 0.8], ["ditto", "a1", 0.5, 0.9]]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """The report of the filled store (built once for the module): (page text, store URI)."""
-    folder = tmp_path_factory.mktemp("report")
-    uri = fill_store(folder)
-    path = build_report(NAME, uri, folder / "out")
-    return path.read_text(encoding="utf-8"), uri, path
-
-
 def test_report_has_every_table_the_figures_and_the_provenance(report):
     # Prepare
     page, uri, path = report

@@ -9,9 +9,6 @@ import json
 import re
 
 from headless import capture, needs_chromium
-from store_for_views import NAME, fill_store
-
-from fedarena.leaderboards.report import build_report
 
 PROBE = """<script>
 window.addEventListener("load", () => {
@@ -53,9 +50,9 @@ def test_the_probe_sees_a_broken_image_and_a_console_message(tmp_path):
 
 
 @needs_chromium
-def test_report_renders_with_every_image_and_no_console_message(tmp_path):
+def test_report_renders_with_every_image_and_no_console_message(report, tmp_path):
     # Prepare
-    page = build_report(NAME, fill_store(tmp_path), tmp_path / "out").read_text(encoding="utf-8")
+    page, _, _ = report
     # Execute
     dom, log = capture(probed(page, tmp_path, "report").as_uri(), tmp_path / "report.png", size=(1400, 2400),
                        budget_ms=5000)

@@ -1,9 +1,9 @@
 """Tracking: store location, fail-fast checks, the run schema written and read through MLflow (SQLite)."""
 
 import math
-import socket
 
 import pytest
+from local_ports import free_port
 
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.commands import ui_command
@@ -39,9 +39,7 @@ def test_redact_hides_only_the_password():
 
 def test_unreachable_server_fails_fast_naming_its_address():
     # Prepare: a port nobody listens on
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     # Execute / Assert
     with pytest.raises(TrackingError, match=f"MLflow tracking server {uri} cannot be reached"):

@@ -15,13 +15,13 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from local_ports import free_port
 
 from fedarena import cli
 from fedarena.tracking.store import TrackingError, check_driver
@@ -53,12 +53,6 @@ def as_server_user() -> tuple[list[str], pwd.struct_passwd | None]:
     if runuser is None:
         pytest.skip("running as root without runuser to start the server as 'postgres'")
     return [runuser, "-u", account.pw_name, "--"], account
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_checked(cmd: list[str]) -> None:

@@ -9,7 +9,6 @@ test's temporary folder. Skipped where Chromium is not installed.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,11 @@ import urllib.request
 
 import pytest
 from headless import capture, needs_chromium
+from local_ports import free_port
 from mlflow.tracking import MlflowClient
 from store_for_views import NAME, fill_store
 
 COLUMNS = ("acc_pooled", "acc_std", "acc_worst10", "class_std_mean", "class_std_std", "Description")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(url: str, timeout: float = 240.0) -> None:
