@@ -11,7 +11,7 @@ import torch
 
 from fedarena.attacks import ATTACKS, build_threat
 from fedarena.attacks.labels import poison_dataset
-from fedarena.attacks.model import alie_z
+from fedarena.attacks.poisoned_updates import alie_z
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError

@@ -8,7 +8,7 @@ import torch
 from fedarena.methods import build_method
 from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import ServerInfo
-from fedarena.methods.tilted import tilted_loss_fn
+from fedarena.methods.tilted_loss import tilted_loss_fn
 from fedarena.models.backends import Backend
 from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel

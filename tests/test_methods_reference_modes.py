@@ -13,7 +13,7 @@ from torch import nn
 
 from fedarena.methods import build_method
 from fedarena.methods.base import ServerInfo, StepContext
-from fedarena.methods.fidelity import reference_finetune_steps
+from fedarena.methods.paper_or_reference import reference_finetune_steps
 from fedarena.models.backends import Backend
 from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fedarena.methods.tilted import tilted_mean, tilted_weights, two_level_tilted_loss
+from fedarena.methods.tilted_loss import tilted_mean, tilted_weights, two_level_tilted_loss
 
 # four real samples and one padded slot: class 0 = {0.5, 1.5}, class 1 = {3.0}, class 2 = {0.2} (+ padding)
 LOSSES = torch.tensor([0.5, 1.5, 3.0, 0.2, 0.9], dtype=torch.float64)

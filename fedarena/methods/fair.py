@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, method
-from fedarena.methods.tilted import tilted_weights
+from fedarena.methods.tilted_loss import tilted_weights
 from fedarena.params import ConfigError
 
 QFFL_EPS = 1e-10  # the q-FFL reference adds it to the losses before taking powers

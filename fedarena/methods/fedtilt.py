@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
-from fedarena.methods.tilted import tilted_loss_fn, tilted_weights
+from fedarena.methods.tilted_loss import tilted_loss_fn, tilted_weights
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
 

@@ -7,7 +7,7 @@ phase, evaluations score the global model. Ditto runs 50 epochs (Appendix D.4, T
 
 ``mode: reference`` follows the reference code (litian96/ditto, trainers_global/finetuning.py,
 trainers_MTL/{ewc,kl}.py): max(int(epochs * n_k / B), epochs) full minibatches per device, epochs = 40 by
-default (``methods.fidelity``), and each method's own differences (see finetuning, EWC and SKL).
+default (``methods.paper_or_reference``), and each method's own differences (see finetuning, EWC and SKL).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
-from fedarena.methods.fidelity import check_mode, finetune_epochs, reference_finetune_steps
+from fedarena.methods.paper_or_reference import check_mode, finetune_epochs, reference_finetune_steps
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
 

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fedarena.methods.base import Method, ServerInfo, StepContext, method
-from fedarena.methods.fidelity import check_mode
+from fedarena.methods.paper_or_reference import check_mode
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
 

@@ -1,9 +1,9 @@
 """Personalisation baselines of Ditto Table 2 with per-device state: L2SGD, APFL, Per-FedAvg (HF); mapper
-is in ``mapper.py``.
+is in ``interpolation.py``.
 
 Each names its paper and the variant Ditto's comparison uses (Ditto Appendix C.2), and offers ``mode:
 reference`` for what the reference code (litian96/ditto, ``flearn/trainers_MTL``) computes where the two
-differ (``methods.fidelity``). All share the run's learning rate and minibatches.
+differ (``methods.paper_or_reference``). All share the run's learning rate and minibatches.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
-from fedarena.methods.fidelity import check_mode, finetune_epochs
 from fedarena.methods.finetune import FinetunePhase
+from fedarena.methods.paper_or_reference import check_mode, finetune_epochs
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
 

@@ -1,5 +1,5 @@
 """Model interpolation ("mapper", Mansour, Mohri, Ro, Suresh 2020), a baseline of Ditto Table 2, in the two
-readings of ``methods.fidelity``: ours (``paper``) and the Ditto reference code's (``reference``,
+readings of ``methods.paper_or_reference``: ours (``paper``) and the Ditto reference code's (``reference``,
 litian96/ditto ``flearn/trainers_MTL/mapper.py``)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
-from fedarena.methods.fidelity import check_mode, finetune_epochs, reference_finetune_steps
+from fedarena.methods.paper_or_reference import check_mode, finetune_epochs, reference_finetune_steps
 from fedarena.methods.personalized import mix
 from fedarena.models.batch import Batch
 from fedarena.params import ConfigError
