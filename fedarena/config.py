@@ -23,7 +23,7 @@ import yaml
 from fedarena.params import ConfigError
 
 SECTIONS = ("dataset", "model", "method", "attack", "aggregator")
-BACKENDS = ("sequential", "batched")
+BACKENDS = ("auto", "sequential", "batched")  # auto: models.backends.auto_backend picks one
 SAMPLINGS = ("proportional", "uniform")
 SCALES = ("smoke", "quick", "paper")  # a suite's scales, from the least to the most thorough
 ON_DIVERGENCE = ("stop", "continue")
@@ -45,7 +45,7 @@ class ExperimentConfig:
     seed: int = 0
     data_seed: int | None = None  # partition seed; None: same as ``seed`` (fix it to compare seeds on one partition)
     eval_every: int = 10
-    backend: str = "sequential"
+    backend: str = "auto"  # the faster of sequential and batched for the model and device
     device: str = "cpu"  # cpu, cuda, cuda:N or auto
     sampling: str = "proportional"  # Ditto Algorithm 2: probability proportional to sample counts
     on_divergence: str = "stop"

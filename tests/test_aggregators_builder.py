@@ -11,8 +11,8 @@ from fedarena.methods.aggregators import (
     expected_malicious,
     make_aggregator,
 )
-from fedarena.methods.aggregators.perf import time_aggregators
 from fedarena.params import ConfigError
+from fedarena.perf.aggregators import time_aggregators
 from fedarena.registry import UnknownNameError
 
 SEVEN = [(1.0, 1.0), (1.3, 0.9), (0.9, 1.1), (1.1, 1.4), (0.8, 0.7), (9.0, 7.0), (-6.0, 12.0)]

@@ -106,7 +106,7 @@ RUN = [
     (("run", *OUT, "--lr", "nan"), ["lr must be a positive finite number, got nan"]),
     (("run", *OUT, "--seed", "-1"), ["seed must be an integer >= 0, got -1"]),
     (("run", *OUT, "--eval-every", "0"), ["eval_every must be a positive integer, got 0"]),
-    (("run", *OUT, "--backend", "gpu"), ["backend must be one of sequential, batched; got 'gpu'"]),
+    (("run", *OUT, "--backend", "gpu"), ["backend must be one of auto, sequential, batched; got 'gpu'"]),
     (("run", *OUT, "--device", "tpu"), ["invalid device 'tpu'", "cpu, cuda"]),
     (("run", *OUT, "--no-progress=yes"), ["argument --no-progress: ignored explicit argument 'yes'"]),
     (("run", "--out", "{T}"), ["argument --out:", "is a folder; give a file name such as"]),

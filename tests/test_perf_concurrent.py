@@ -4,7 +4,7 @@ trials sharing a machine). Figures are never asserted; what the processes return
 import pytest
 
 from fedarena.config import ExperimentConfig
-from fedarena.perf_concurrent import run_together
+from fedarena.perf.concurrent import run_together
 
 
 def tiny(**dataset) -> ExperimentConfig:

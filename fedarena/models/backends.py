@@ -17,9 +17,11 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
+from torch import nn
 from torch.func import grad_and_value, vmap
 
 from fedarena.models.batch import Batch
+from fedarena.models.dense import dense_grad
 from fedarena.models.functional import FlatModel
 
 EVAL_SALT = 0x5BD1E995  # decorrelates a step's evaluation masks from its training masks
@@ -46,6 +48,8 @@ class Backend:
     def grad(self, params: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client masked mean loss [n] and its gradient [n, d] (with the step's dropout, if keyed)."""
         key = self.dropout_key()
+        if key is None and self.batched and self.model.dense is not None:
+            return dense_grad(self.model.dense, params, batch.x, batch.y, batch.mask)
         if key is None:
             return self.grad_of(self.model.loss, params, batch)
         return self.grad_of(partial(self.model.loss, key=key), params, batch, with_ids=True)
@@ -106,6 +110,35 @@ class Backend:
         real = max(int(batch.mask[i].sum()), 1)
         return tuple(t[:real] for t in row)
 
+    @property
+    def name(self) -> str:
+        return "batched" if self.batched else "sequential"
+
     def groups(self, ids):
         """Clients trained together: all at once (batched) or one by one (sequential)."""
         return [ids] if self.batched else [ids[i : i + 1] for i in range(len(ids))]
+
+
+def auto_backend(model: FlatModel, device: torch.device) -> str:
+    """The faster backend for ``model`` on ``device`` (``backend: auto``), by a cost model that ``make perf``
+    checks against measurements of both at paper-scale shapes:
+
+    - batch norm: sequential (the batched backend's padding would enter the batch statistics);
+    - CUDA: batched (one kernel launch for all clients instead of one per client);
+    - CPU, convolutions: sequential (vmap runs them as one grouped convolution, 1.4-2.5x slower on a CPU
+      than a per-client loop at Fashion-MNIST scale);
+    - CPU, otherwise: batched (plain MLPs take the explicit batched step of ``models.dense``; small linear
+      models are dominated by per-client overhead, which batching removes).
+    """
+    if model.has_batch_norm:
+        return "sequential"
+    if device.type == "cuda":
+        return "batched"
+    has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
+    return "sequential" if has_conv else "batched"
+
+
+def make_backend(choice: str, model: FlatModel, device: torch.device) -> Backend:
+    """The backend a config's ``backend`` names (``auto``: ``auto_backend``'s pick)."""
+    name = auto_backend(model, device) if choice == "auto" else choice
+    return Backend(model, name == "batched")

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedarena.models.dense import dense_plan
 from fedarena.models.dropout import KeyedDropout
 from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
 from fedarena.params import ConfigError
@@ -41,6 +42,7 @@ class FlatModel:
         self._dropouts = [m for m in module.modules() if isinstance(m, KeyedDropout) and m.rate > 0]
         self.has_dropout = bool(self._dropouts)
         self.eval_dropout = self.has_dropout and bool(getattr(module, "eval_dropout", False))
+        self.dense = None if self.l2 else dense_plan(module, task)  # a plain MLP: explicitly batched steps
 
     def flatten(self) -> torch.Tensor:
         """The module's current parameters as one flat vector (a copy)."""

@@ -206,7 +206,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate and trial.aggregate.for_round(
         round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
-    stacked = _tamper(trial, torch.cat(updates), ids, t, partial(_server_rule, aggregate, info))
+    stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
+    stacked = _tamper(trial, stacked, ids, t, partial(_server_rule, aggregate, info))
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, aggregate)
     finite = bool(torch.isfinite(w_new).all()) and _rows_finite(clients, rows)
     if not finite:  # drop the whole round: global model and the per-client rows it touched

@@ -40,6 +40,7 @@ def result_record(trial: Trial, state: SimState, counts) -> dict:
     return {
         "config": trial.cfg.to_dict(),
         "config_hash": trial.cfg.hash(),
+        "backend": trial.backend.name,  # what backend: auto chose
         "dataset_fingerprint": trial.dataset.fingerprint,
         "malicious_clients": [int(k) for k in trial.threat.malicious.nonzero()[0]],
         "diverged_round": state.diverged_at,

@@ -19,7 +19,7 @@ from fedarena.datasets import FederatedDataset, build_dataset
 from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import Aggregate, Method, build_method
 from fedarena.models import FlatModel, build_model
-from fedarena.models.backends import Backend
+from fedarena.models.backends import Backend, make_backend
 from fedarena.params import ConfigError
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled
@@ -76,7 +76,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
     weights = aggregation_weights(cfg.sampling, poisoned.train_sizes()).to(dtype=w0.dtype, device=device)
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
-                 Backend(model, cfg.backend == "batched"), *pools, weights, device, *targeted_pools(threat, dataset,
+                 make_backend(cfg.backend, model, device), *pools, weights, device, *targeted_pools(threat, dataset,
                                                                                                    device),
                  root=root_set(cfg, aggregate, pools[0], threat.malicious))
 

@@ -1,5 +1,7 @@
-"""``make perf``: throughput of the engine against a bare PyTorch loop, batched vs sequential backends,
-batched evaluation, and one aggregation per rule. One run each; figures are printed, never asserted.
+"""``make perf``: the small workload against a bare loop and its arithmetic limit (``perf.small``), the
+engine against a bare PyTorch loop at Fashion-MNIST shapes, batched vs sequential backends and ``auto``'s
+pick (``perf.backends``), batched evaluation, and one aggregation per rule. One run each; figures are
+printed, never asserted.
 
 Data are random tensors shaped like Fashion-MNIST (1x28x28, 10 classes, Ditto's 5-classes-per-client
 lognormal partition), so the benchmark runs offline and measures compute, not accuracy.
@@ -7,7 +9,6 @@ lognormal partition), so the benchmark runs offline and measures compute, not ac
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -17,7 +18,6 @@ from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import from_partition
 from fedarena.datasets.partition import k_classes
 from fedarena.datasets.registry import DATASETS, register_dataset
-from fedarena.methods.aggregators.perf import time_aggregators
 from fedarena.simulation.data import gather, round_plan
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round, sample_clients
 from fedarena.simulation.evaluate import evaluate
@@ -104,13 +104,6 @@ def engine_vs_bare(model: str, device: str, rounds: int, repeats: int) -> dict:
             "median_ratio": float(np.median(np.array(bare) / np.array(engine)))}
 
 
-def batched_vs_sequential(model: str, device: str, rounds: int, method: dict) -> dict:
-    seq_s, _ = time_engine(perf_config(model, device, "sequential", method=method), rounds)
-    bat_s, _ = time_engine(perf_config(model, device, "batched", method=method), rounds)
-    return {"model": model, "method": method["name"], "sequential_s": seq_s, "batched_s": bat_s,
-            "batched_speedup": seq_s / bat_s}
-
-
 def evaluation_cost(model: str, device: str) -> dict:
     """All clients' personal models (Ditto) vs one global model on the same pooled test set."""
     trial = build_trial(perf_config(model, device, method={"name": "ditto"}))
@@ -126,37 +119,3 @@ def evaluation_cost(model: str, device: str) -> dict:
     return {"model": model, "clients": trial.dataset.num_clients, "test_samples": int(trial.test.sizes.sum()),
             "personal_s": timings["personal"], "global_s": timings["global"],
             "personal_over_global": timings["personal"] / timings["global"]}
-
-
-def aggregation_times(device: str) -> list[dict]:
-    trial = build_trial(perf_config("cnn_fmnist", device, rounds=1))
-    return time_aggregators(trial.model.dim, ns=(10, 100), device=device, repeats=1)
-
-
-def _print_rows(title: str, rows: list[dict]) -> None:
-    print(f"\n## {title}")
-    for row in rows:
-        print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=5, help="engine vs bare: alternating repetitions")
-    parser.add_argument("--skip-aggregators", action="store_true")
-    args = parser.parse_args(argv)
-    print(f"device={args.device} torch={torch.__version__} threads={torch.get_num_threads()}")
-    _print_rows("engine vs bare PyTorch SGD loop (10 clients/round, 5 steps, batch 16)",
-                [engine_vs_bare(m, args.device, args.rounds, args.repeats) for m in ("cnn_fmnist", "mlp")])
-    _print_rows("batched vs sequential backend",
-                [batched_vs_sequential(m, args.device, args.rounds, {"name": meth})
-                 for m in ("cnn_fmnist", "mlp") for meth in ("global", "ditto")])
-    _print_rows("evaluation: every client's personal model vs one model, pooled test set",
-                [evaluation_cost(m, args.device) for m in ("cnn_fmnist", "mlp")])
-    if not args.skip_aggregators:
-        _print_rows("one aggregation of n updates of the Fashion-MNIST CNN (d parameters)", aggregation_times(args.device))
-
-
-if __name__ == "__main__":
-    main()

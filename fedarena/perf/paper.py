@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedarena import perf_concurrent
 from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.config import ExperimentConfig
+from fedarena.perf import concurrent as perf_concurrent
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round

@@ -1,0 +1,69 @@
+"""The small workload of ``make perf``: the batched engine against a bare per-client PyTorch loop and against
+its arithmetic limit.
+
+Workload: scikit-learn digits on 100 clients, an MLP 64-200-200-10, 10 clients a round, 2 local steps of
+batch 16, one torch thread. The bare loop takes the same minibatches with an ``nn.Module`` and
+``torch.optim.SGD``, client after client. The limit is the round's multiply-adds (forward, weight gradients
+and input gradients of every layer but the first) at the rate this core reaches on one large matrix
+product: what no implementation of these steps can beat on this machine.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from fedarena.config import ExperimentConfig
+from fedarena.perf.engine import time_bare_loop, time_engine
+
+HIDDEN = (200, 200)
+
+
+def small_config(backend: str = "batched") -> ExperimentConfig:
+    return ExperimentConfig.from_dict({
+        "dataset": {"name": "digits", "num_clients": 100, "partition_options": {"min_size": 10}},
+        "model": {"name": "mlp", "hidden": list(HIDDEN)}, "method": {"name": "global"},
+        "rounds": 100_000, "clients_per_round": 10, "local_steps": 2, "batch_size": 16, "lr": 0.05,
+        "eval_every": 100_000, "backend": backend, "device": "cpu"})
+
+
+def round_flops(cfg: ExperimentConfig, widths: tuple[int, ...]) -> float:
+    """Floating-point operations of one round's local steps for an MLP with layer widths ``widths``."""
+    products = [a * b for a, b in zip(widths[:-1], widths[1:], strict=False)]
+    per_sample = 2 * sum(products) * 2 + 2 * sum(products[1:])  # forward + weight grads, input grads
+    return per_sample * cfg.clients_per_round * cfg.local_steps * cfg.batch_size
+
+
+def matmul_rate(size: int = 512, repeats: int = 5) -> float:
+    """FLOP per second of one float32 [size x size] matrix product, the best of ``repeats``."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = min(_seconds(lambda: torch.mm(a, b)) for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def _seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def small_workload(rounds: int = 200, repeats: int = 5) -> dict:
+    """Best-of-``repeats`` ms per round of the batched engine and of the bare loop (alternating, since this
+    shared machine's timings scatter), with the arithmetic limit; on one torch thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        engine, bare = [], []
+        for _ in range(repeats):
+            seconds, trial = time_engine(small_config(), rounds)
+            engine.append(seconds / rounds)
+            bare.append(time_bare_loop(trial, rounds) / rounds)
+        widths = (trial.dataset.input_shape[-1], *HIDDEN, trial.dataset.num_classes)
+        limit = round_flops(trial.cfg, widths) / matmul_rate()
+    finally:
+        torch.set_num_threads(threads)
+    return {"engine_ms": 1e3 * min(engine), "bare_ms": 1e3 * min(bare), "limit_ms": 1e3 * limit,
+            "engine_over_bare": min(bare) / min(engine), "engine_over_limit": min(engine) / limit,
+            "mflop_per_round": round_flops(trial.cfg, widths) / 1e6}

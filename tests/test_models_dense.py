@@ -1,0 +1,104 @@
+"""The explicitly batched MLP step (models.dense) against per-client autograd, and backend: auto's choice."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from fedarena.config import ExperimentConfig
+from fedarena.models.backends import Backend, auto_backend, make_backend
+from fedarena.models.batch import Batch
+from fedarena.models.dense import dense_grad, dense_plan
+from fedarena.models.functional import FlatModel
+from fedarena.models.zoo import MODELS
+from fedarena.simulation.runner import run_experiment
+
+
+def mlp_model(dtype=torch.float32) -> FlatModel:
+    torch.manual_seed(0)
+    return FlatModel(MODELS.get("mlp")((8,), 4, hidden=(6, 5)).to(dtype), "classification")
+
+
+def tiny_batch(dtype=torch.float32) -> Batch:
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 5, 8, generator=gen, dtype=dtype)
+    y = torch.randint(0, 4, (3, 5), generator=gen)
+    mask = torch.ones(3, 5, dtype=dtype)
+    mask[1, 3:] = 0  # client 1 has two padded slots
+    return Batch(x, y, mask, torch.ones(3, dtype=dtype), torch.zeros(3, 5, dtype=torch.long))
+
+
+def per_client_autograd(model: FlatModel, params: torch.Tensor, batch: Batch):
+    """Each client's masked mean loss and gradient with plain autograd, one client at a time."""
+    values, grads = [], []
+    for i in range(params.shape[0]):
+        p = params[i].clone().requires_grad_(True)
+        value = model.loss(p, batch.x[i], batch.y[i], batch.mask[i])
+        values.append(value.detach())
+        grads.append(torch.autograd.grad(value, p)[0])
+    return torch.stack(values), torch.stack(grads)
+
+
+def test_dense_step_is_per_client_autograd_in_float64():
+    # Prepare: three clients with different parameters, one with padding
+    model = mlp_model(torch.float64)
+    params = model.flatten().expand(3, -1) + 0.1 * torch.randn(3, model.dim, dtype=torch.float64)
+    batch = tiny_batch(torch.float64)
+    # Execute
+    value, grad = dense_grad(model.dense, params, batch.x, batch.y, batch.mask)
+    expected_value, expected_grad = per_client_autograd(model, params, batch)
+    # Assert: the same math (float64: any summation order agrees to ~1e-15)
+    torch.testing.assert_close(value, expected_value, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-14)
+
+
+def test_batched_backend_takes_the_dense_step_and_agrees_with_vmap_in_float32():
+    model = mlp_model()
+    params = model.flatten().expand(3, -1) + 0.1 * torch.randn(3, model.dim)
+    batch = tiny_batch()
+    value, grad = Backend(model, batched=True).grad(params, batch)
+    vmap_value, vmap_grad = Backend(model, batched=True).grad_of(model.loss, params, batch)
+    # different code paths, same operators: equal up to float32 rounding on any CPU
+    torch.testing.assert_close(value, vmap_value, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad, vmap_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("module, task, expected", [
+    (nn.Sequential(nn.Flatten(), nn.Linear(4, 3)), "classification", ((3, 4),)),
+    (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), "classification", ((3, 4), (2, 3))),
+    (nn.Sequential(nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)), "classification", None),  # not a ReLU
+    (nn.Sequential(nn.Linear(4, 3, bias=False)), "classification", None),  # no bias
+    (nn.Sequential(nn.Linear(4, 3)), "regression", None),  # not cross-entropy
+    (nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2)), "classification", None),
+])
+def test_dense_plan_accepts_only_plain_relu_mlps(module, task, expected):
+    plan = dense_plan(module, task)
+    assert (plan.shapes if plan else None) == expected
+
+
+@pytest.mark.parametrize("model, device, expected", [
+    ("mlp", "cpu", "batched"),
+    ("logreg", "cpu", "batched"),
+    ("cnn_fmnist", "cpu", "sequential"),  # vmap's grouped convolution is slower than a loop on a CPU
+    ("cnn_fmnist", "cuda", "batched"),
+])
+def test_auto_backend_by_model_and_device(model, device, expected):
+    flat = FlatModel(MODELS.get(model)((1, 28, 28), 10), "classification")
+    assert auto_backend(flat, torch.device(device)) == expected
+    assert make_backend("auto", flat, torch.device(device)).name == expected
+    assert make_backend("sequential", flat, torch.device(device)).name == "sequential"  # a fixed one stays
+
+
+def test_auto_backend_keeps_batch_norm_models_sequential():
+    flat = FlatModel(nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3), nn.Linear(3, 2)), "classification")
+    assert auto_backend(flat, torch.device("cuda")) == "sequential"
+
+
+def test_a_run_records_the_backend_auto_chose_and_matches_a_run_fixed_to_it():
+    common = {"dataset": {"name": "synthetic", "num_clients": 6, "max_samples": 40, "dim": 10},
+              "model": {"name": "mlp", "hidden": [8]}, "rounds": 3, "clients_per_round": 3, "eval_every": 3}
+    auto = run_experiment(ExperimentConfig.from_dict(common))
+    fixed = run_experiment(ExperimentConfig.from_dict({**common, "backend": "batched"}))
+    assert auto["config"]["backend"] == "auto" and auto["backend"] == "batched"
+    assert auto["history"] and json.dumps(auto["history"]) == json.dumps(fixed["history"])  # same numbers (NaN too)
