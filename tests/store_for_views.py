@@ -20,8 +20,9 @@ from mlflow.tracking import MlflowClient
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import TrialSpec, expand
 from fedarena.bench.parse import load_suite
-from fedarena.tracking import RunStore, run_params, suite_experiment
 from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.runs import RunStore, run_params
+from fedarena.tracking.store import suite_experiment
 
 NAME = "viewgrid"
 BASE = {"global": 0.7, "median": 0.6, "ditto": 0.8}

@@ -5,34 +5,38 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedarena.bench.coverage import coverage, gaps, referenced_tables, shipped_suites
+from fedarena.bench.coverage import coverage, gaps, shipped_suites
 from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.config import SCALES
 from fedarena.leaderboards.paper import load_paper_tables
+from fedarena.params import ConfigError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 CSV_HEADER = "paper,table,dataset,method,attack,level,acc_mean,acc_std\n"
 
 
-@pytest.mark.parametrize("reference, tables", [
-    ("Ditto Table 1, Figure 3, Tables 7-12", {"ditto": {1, 7, 8, 9, 10, 11, 12}}),
-    ("Ditto Section 4.2, Figure 4 (and the fair rows of Table 1)", {"ditto": {1}}),
-    ("Ditto Table 3, Table 6", {"ditto": {3, 6}}),
-    ("FedTilt Tables II, III, VII (repeated in its appendix as Tables V, VI)", {"fedtilt": {2, 3, 5, 6, 7}}),
-    ("Ditto Table 2 and FedTilt Table IV", {"ditto": {2}, "fedtilt": {4}}),
-    ("none (harness check; no paper table)", {}),
-    ("Ditto Appendix D.4 (the rounds procedure)", {}),
+def test_reproduces_lists_shipped_tables_per_paper(tmp_path):
+    suite = load_suite(write(tmp_path, "both", {"ditto": [7, 1, 7], "fedtilt": [2]}), check_names=False)
+    assert suite.reproduces == {"ditto": (1, 7), "fedtilt": (2,)}  # sorted, once each
+    assert load_suite(write(tmp_path, "plain", None), check_names=False).reproduces == {}
+
+
+@pytest.mark.parametrize("reproduces, message", [
+    ({"ditto": [4]}, r"reproduces\.ditto: no published ditto table \[4\]; its tables: 1, 2, 3, 5, 6, 7"),
+    ({"ditto": ["Table 1"]}, r"no published ditto table \['Table 1'\]"),
+    ({"fedavg": [1]}, r"reproduces.*fedavg.*allowed: ditto, fedtilt"),
 ])
-def test_a_reference_names_its_tables_per_paper(reference, tables):
-    assert referenced_tables(reference) == tables
+def test_reproduces_names_only_published_tables(tmp_path, reproduces, message):
+    with pytest.raises(ConfigError, match=message):
+        load_suite(write(tmp_path, "bad", reproduces), check_names=False)
 
 
-def write(tmp_path: Path, name: str, reference: str) -> Path:
+def write(tmp_path: Path, name: str, reproduces: dict | None) -> Path:
     """A suite whose paper scale runs global and krum on fmnist (clean, A1 20%) and global on digits."""
     scale = {"fixed": TINY, "seeds": [0], "datasets": [
         {"label": "fmnist", "dataset": {"name": "fmnist"}}, {"label": "digits", "dataset": {"name": "digits"}}]}
-    data = {"name": name, "reference": reference,
+    data = {"name": name, "reference": "prose for people", **({"reproduces": reproduces} if reproduces else {}),
             "methods": [{"label": "global", "method": {"name": "global"}},
                         {"label": "krum", "aggregator": {"name": "krum"}}],
             "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]},
@@ -54,7 +58,7 @@ def test_a_cell_counts_where_a_suite_referencing_its_table_runs_it_on_the_paper_
     (tmp_path / "tables" / "ditto_table1.csv").write_text(CSV_HEADER + "ditto,1,fmnist,global,clean,0,0.9,0.1\n")
     paper = load_paper_tables(tmp_path / "tables")
     nine, one = (load_suite(write(tmp_path, n, r), check_names=False)
-                 for n, r in (("nine", "Ditto Table 9"), ("one", "Ditto Table 1")))
+                 for n, r in (("nine", {"ditto": [9]}), ("one", {"ditto": [1]})))
     # Execute
     table = coverage([nine, one], paper)
     missing = gaps([one], paper)

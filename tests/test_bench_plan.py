@@ -9,7 +9,7 @@ from fedarena.bench.progress import round_line, tally
 from fedarena.bench.runner import checkpoint_spacing
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
-from fedarena.tracking import RunSummary
+from fedarena.tracking.runs import RunSummary
 
 
 def spec(config_hash: str) -> TrialSpec:

@@ -1,12 +1,14 @@
 """Benchmarks through real Ray Tune into real MLflow (temporary SQLite stores): tracking, skip, retry, resume.
 
 Ray starts once for the module (2 CPUs, no dashboard). Trials are 6 rounds on 8 synthetic clients.
-Failures are injected with the trainable's documented test hook ``fail_once_at_round`` (a trial that was
-not restored from a checkpoint raises when it reaches that round), through ``BenchOptions``.
+Failures are injected through ``BenchOptions.round_hook`` with ``tests/faults.py`` (e.g. a trial that was not
+restored from a checkpoint raises when it reaches a round).
 """
 
+import faults
 import pytest
 import yaml
+from faults import FailAlwaysAt, FailOnceAt
 from mlflow.tracking import MlflowClient
 
 from fedarena.bench.grid import expand
@@ -36,6 +38,7 @@ def ray_cluster():
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    faults.ship_by_value()  # the workers cannot import tests/: the hooks travel by value
     yield
     ray.shutdown()
 
@@ -101,7 +104,7 @@ def test_grid_is_tracked_then_skipped_on_rerun(ray_cluster, suite_file, tmp_path
 
 def test_failed_trial_is_retried_from_its_checkpoint(ray_cluster, suite_file, tmp_path):
     # Prepare: every trial raises once at round 3; the checkpoint of round 2 exists
-    opts = options(suite_file, tmp_path, seeds=(7,), fail_once_at_round=3, max_failures=1, max_concurrent=2)
+    opts = options(suite_file, tmp_path, seeds=(7,), round_hook=FailOnceAt(3), max_failures=1, max_concurrent=2)
     # Execute
     summary = run_bench(opts, Printer(lambda line: None))
     # Assert: finished after one retry that restarted from round 2, with the uninterrupted run's numbers
@@ -118,7 +121,7 @@ def test_failed_trial_is_retried_from_its_checkpoint(ray_cluster, suite_file, tm
 def test_interrupted_grid_resumes_without_duplicates(ray_cluster, suite_file, tmp_path):
     # Prepare: seed 0 finishes; then seeds 0 and 1 where seed 1 dies at round 3 (no retries left)
     done = run_bench(options(suite_file, tmp_path), Printer(lambda line: None))
-    broken = run_bench(options(suite_file, tmp_path, seeds=(0, 1), fail_once_at_round=3, max_failures=0),
+    broken = run_bench(options(suite_file, tmp_path, seeds=(0, 1), round_hook=FailOnceAt(3), max_failures=0),
                        Printer(lambda line: None))
     failed_ids = {r.info.run_id for r in runs_of(tmp_path)[0] if r.info.status == "FAILED"}
     # Execute: the same command again, without the failure
@@ -142,7 +145,7 @@ def test_permanent_failure_is_attempted_once_skipped_on_rerun_and_retried_on_req
                                                                                      tmp_path):
     # Prepare: every trial raises a config error at round 3 (no retry can fix it), with 2 retries allowed
     lines = []
-    opts = options(suite_file, tmp_path, seeds=(3,), fail_permanently_at_round=3, max_failures=2)
+    opts = options(suite_file, tmp_path, seeds=(3,), round_hook=FailAlwaysAt(3), max_failures=2)
     # Execute
     first = run_bench(opts, Printer(lines.append))
     rerun = run_bench(opts, Printer(lines.append))

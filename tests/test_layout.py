@@ -14,7 +14,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"sections"},
     {"simulation"},
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "perf", "perf_paper", "perf_concurrent", "examples"},
+    {"bench", "leaderboards", "perf", "examples"},
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
@@ -85,3 +85,16 @@ def test_no_import_cycle_between_modules():
 def test_function_local_imports_of_the_package_are_only_the_clis_lazy_ones():
     local = {str(p.relative_to(ROOT)) for p in FILES if GRAPH[module_name(p)][1]}
     assert local <= LAZY_CLI, sorted(local - LAZY_CLI)
+
+
+def imported_roots(path: Path) -> set[str]:
+    """Top-level packages a file imports, at module level or inside functions."""
+    tree = ast.parse(path.read_text())
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return roots | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_only_tracking_imports_mlflow():
+    outside = [str(p.relative_to(ROOT)) for p in FILES
+               if "mlflow" in imported_roots(p) and p.relative_to(ROOT).parts[0] != "tracking"]
+    assert not outside, f"MLflow is imported outside fedarena/tracking/: {outside}"

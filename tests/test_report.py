@@ -13,8 +13,8 @@ from fedarena.cli import main
 from fedarena.leaderboards.build import leaderboard_tables
 from fedarena.leaderboards.fairness import device_accuracy_data, main_methods
 from fedarena.leaderboards.provenance import code_versions, dataset_provenance
-from fedarena.leaderboards.reader import read_runs
 from fedarena.leaderboards.report import ReportError, build_report, writable_folder
+from fedarena.tracking.reading import read_runs
 
 
 def test_code_versions_and_dataset_provenance_count_runs():

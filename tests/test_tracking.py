@@ -10,16 +10,9 @@ from fedarena.bench.commands import ui_command
 from fedarena.bench.grid import TrialSpec
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
-from fedarena.tracking import (
-    RunStore,
-    TrackingError,
-    check_store,
-    param_value,
-    redact,
-    run_params,
-    suite_experiment,
-    tracking_uri,
-)
+from fedarena.tracking.location import TrackingError, redact, tracking_uri
+from fedarena.tracking.runs import RunStore, param_value, run_params
+from fedarena.tracking.store import check_store, suite_experiment
 
 
 def test_tracking_uri_precedence(tmp_path, monkeypatch):

@@ -13,21 +13,17 @@ from __future__ import annotations
 import functools
 import json
 import shutil
-import sqlite3
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlflow.exceptions import MlflowException
 from ray import tune
-from sqlalchemy.exc import SQLAlchemyError
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
-from fedarena.tracking import RunStore, run_params
 from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     CHECKPOINT,
@@ -41,7 +37,10 @@ from fedarena.tracking.runs import (
     PERMANENT,
     RESUMED_FROM,
     TRANSIENT,
+    RunStore,
+    run_params,
 )
+from fedarena.tracking.store import STORE_ERRORS
 
 
 @dataclass
@@ -86,9 +85,6 @@ def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:
     scheme = getattr(checkpoint.filesystem, "type_name", "local")
     return checkpoint.path if scheme == "local" else f"{scheme}://{checkpoint.path}"
 
-
-# What a failing store raises (full disk, a server gone, a locked or broken database).
-STORE_ERRORS = (MlflowException, SQLAlchemyError, sqlite3.Error, OSError)
 
 
 def _guarded(hook):

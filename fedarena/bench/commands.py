@@ -147,7 +147,7 @@ def cmd_list(args) -> int:
 
 def ui_command(uri: str, host: str, port: int) -> list[str]:
     """The MLflow UI command line on the benchmark's store (artifacts beside a local SQLite store)."""
-    from fedarena.tracking import artifact_root
+    from fedarena.tracking.location import artifact_root
 
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
     root = artifact_root(uri)
@@ -169,7 +169,8 @@ def check_listen(host: str, port: int) -> None:
 
 
 def cmd_ui(args) -> int:
-    from fedarena.tracking import check_store, redact, sqlite_path, tracking_uri
+    from fedarena.tracking.location import redact, sqlite_path, tracking_uri
+    from fedarena.tracking.store import check_store
     from fedarena.tracking.view import pick_suite, prepare_view, runs_url
 
     uri = tracking_uri(args.tracking_uri)

@@ -1,8 +1,8 @@
 """Which published cells the shipped suites produce: per paper table, its cells and how many of them some
 suite's paper scale runs (``fedarena bench list``).
 
-A suite reproduces the tables its ``reference`` names ("Ditto Table 1, Figure 3, Tables 7-12", "FedTilt
-Tables II, III"): the same method label means what those tables mean by it (Table 1's "ditto" is dynamic
+A suite reproduces the tables its ``reproduces`` field lists ({ditto: [1, 7, 8, 9, 10, 11, 12]}, {fedtilt:
+[2, 3]}): the same method label means what those tables mean by it (Table 1's "ditto" is dynamic
 lambda, Table 6's is the best fixed lambda). Its paper-scale grid, as table cells (dataset label, method
 row, attack, level, the dataset run), goes through the leaderboards' reproduction view
 (``leaderboards.paper.reproduction``) against those tables: a published cell counts as produced where
@@ -11,7 +11,6 @@ that view would show our number beside the paper's once the suite's runs are in 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 import pandas as pd
@@ -22,37 +21,8 @@ from fedarena.bench.suite import Suite
 from fedarena.leaderboards.paper import KEYS, load_paper_tables, reproduction
 from fedarena.params import ConfigError
 
-PAPERS = {"ditto": "ditto", "fedtilt": "fedtilt"}  # how a reference names a paper -> its id in the tables
-ROMAN = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 8, "IX": 9, "X": 10}
-NUMBER = r"(?:\d+|[IVX]+)"
-TABLES = re.compile(rf"\bTables?\s+({NUMBER}(?:\s*-\s*{NUMBER})?(?:\s*,\s*(?:and\s+)?{NUMBER}(?:\s*-\s*{NUMBER})?)*)")
 PLACEHOLDER_METRICS = ("acc_pooled", "acc_std", "class_std_mean", "class_std_std")
 COLUMNS = ["paper", "table", "cells", "produced", "suites"]
-
-
-def _number(text: str) -> int:
-    return int(text) if text.isdigit() else ROMAN[text]
-
-
-def _numbers(listing: str) -> set[int]:
-    """'7-12' -> 7..12; 'II, III, VII' -> {2, 3, 7}."""
-    out = set()
-    for part in re.split(r"\s*,\s*(?:and\s+)?", listing.strip()):
-        ends = [_number(p.strip()) for p in part.split("-")]
-        out.update(range(ends[0], ends[-1] + 1))
-    return out
-
-
-def referenced_tables(reference: str) -> dict[str, set[int]]:
-    """The tables a suite's ``reference`` names, per paper id (text after a paper's name belongs to it)."""
-    names = "|".join(PAPERS)
-    pieces = re.split(rf"\b({names})\b", reference, flags=re.IGNORECASE)
-    tables: dict[str, set[int]] = {}
-    for name, text in zip(pieces[1::2], pieces[2::2], strict=True):
-        found = set().union(*(_numbers(m) for m in TABLES.findall(text)))
-        if found:
-            tables.setdefault(PAPERS[name.lower()], set()).update(found)
-    return tables
 
 
 def grid_cells(suite: Suite, scale: str = "paper") -> pd.DataFrame:
@@ -75,7 +45,7 @@ def _by_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def produced_cells(suite: Suite, paper: pd.DataFrame) -> pd.DataFrame:
     """(paper, table, cell) rows of the tables ``suite`` references that its paper scale produces."""
-    wanted = referenced_tables(suite.reference)
+    wanted = suite.reproduces
     if not wanted:
         return pd.DataFrame(columns=["paper", "table", *KEYS])
     matched = _by_table(reproduction(grid_cells(suite), paper))

@@ -23,6 +23,7 @@ from fedarena.bench.suite import (
 )
 from fedarena.bench.validate import check_suite_entries
 from fedarena.config import SECTIONS, read_yaml_file
+from fedarena.leaderboards.paper import published_tables
 from fedarena.params import ConfigError
 from fedarena.registry import Registry
 
@@ -147,7 +148,23 @@ def parse_suite(data: Any, path: Path) -> Suite:
         r.patch(r.mapping(data.get("fixed") or {}, "fixed"), "fixed"), methods, attacks,
         _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
+        _reproduces(r, data.get("reproduces")),
     )  # fmt: skip
+
+
+def _reproduces(r: _Reader, value: Any) -> dict[str, tuple[int, ...]]:
+    """``reproduces: {paper: [table numbers]}``, each a table that ships (``leaderboards/paper_tables``)."""
+    shipped = published_tables()
+    data = r.mapping(value or {}, "reproduces", tuple(sorted(shipped)))
+    out = {}
+    for paper, tables in data.items():
+        numbers = r.items(tables, f"reproduces.{paper}")
+        unknown = [t for t in numbers if isinstance(t, bool) or not isinstance(t, int) or t not in shipped[paper]]
+        if unknown:
+            r.fail(f"reproduces.{paper}", f"no published {paper} table {unknown}; its tables: "
+                   f"{', '.join(map(str, sorted(shipped[paper])))}")
+        out[paper] = tuple(sorted(set(numbers)))
+    return out
 
 
 def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]:

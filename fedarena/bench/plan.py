@@ -13,7 +13,7 @@ from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
 from fedarena.datasets.fetch import info, info_text
 from fedarena.params import ConfigError
-from fedarena.tracking import sqlite_path
+from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (
     CHECKPOINT,
     CHECKPOINT_ROUND,

@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,19 +55,10 @@ from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
 from fedarena.simulation.runner import code_version
-from fedarena.tracking import (
-    RunStore,
-    TrackingError,
-    check_store,
-    redact,
-    sqlite_path,
-    suite_experiment,
-    tracking_uri,
-    version_tags,
-)
 from fedarena.tracking.environ import env_vars
-from fedarena.tracking.location import first_line
-from fedarena.tracking.runs import FAILED, FINISHED
+from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
+from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
+from fedarena.tracking.store import check_store, suite_experiment
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
 
@@ -98,8 +90,9 @@ class BenchOptions:
     num_cpus: int | None = None  # size of a local Ray instance (default: every core)
     dry_run: bool = False
     retry_failed: bool = False  # also run trials that failed permanently before (default: skip them)
-    fail_once_at_round: int | None = None  # test hooks, see fedarena.bench.trainable
-    fail_permanently_at_round: int | None = None
+    # called in each trial's process after every round: hook(trial_name, resumed_from_round, round), e.g. to
+    # inject faults (tests) or watch progress; it must be picklable (Ray ships it to the workers)
+    round_hook: Callable[[str, int, int], None] | None = None
 
 
 @dataclass
@@ -303,14 +296,12 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
 
     payloads, keys = {}, []
     driver = {"host": socket.gethostname(), "pid": os.getpid()}
-    hooks = {"fail_once_at_round": options.fail_once_at_round,
-             "fail_permanently_at_round": options.fail_permanently_at_round}
     for index, planned in enumerate(plan.values()):
         cfg, spec = planned.spec.config, planned.spec
         every, budget = checkpoint_spacing(options.checkpoint_every, scale_every, cfg.rounds, cfg.eval_every)
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
-            scratch=str(scratch) if scratch else None, driver=driver, hooks=hooks, cpus=options.cpus_per_trial,
+            scratch=str(scratch) if scratch else None, driver=driver, round_hook=options.round_hook, cpus=options.cpus_per_trial,
             checkpoint_budget=budget)
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}

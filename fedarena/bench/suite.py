@@ -6,7 +6,8 @@ one without a name sets keys inside it)::
 
     name: robustness                  # must equal the file name
     description: ...
-    reference: Ditto Table 1, Figure 3
+    reference: Ditto Table 1, Figure 3   # prose, for people (bench list prints it)
+    reproduces: {ditto: [1]}          # the published tables whose cells the paper scale makes (bench list counts them)
     fixed: {patch}                    # every trial, every scale
     methods:                          # axis: label (the table row) + patch
       - {label: ditto, method: {name: ditto, dynamic_lam: true}}
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,8 @@ from fedarena.config import SCALES as SCALES  # noqa: F401  (re-exported: a suit
 from fedarena.config import ExperimentConfig
 from fedarena.params import ConfigError
 
-SUITE_KEYS = ("name", "description", "reference", "fixed", "methods", "attacks", "exclude", "overrides", "scales")
+SUITE_KEYS = ("name", "description", "reference", "reproduces", "fixed", "methods", "attacks", "exclude", "overrides",
+              "scales")
 SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides",
               "checkpoint_every")
 SELECT_KEYS = ("by", "over", "scales")
@@ -144,3 +146,4 @@ class Suite:
     exclude: tuple[Rule, ...]
     overrides: tuple[Rule, ...]
     scales: dict[str, Scale]
+    reproduces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # paper id -> its tables the paper scale makes

@@ -23,9 +23,9 @@ Failures: an error no retry can fix (``PERMANENT``: a config, data or shape erro
 final result with ``permanent_error`` (its one-line message) and the trial ends without raising, so Ray does
 not retry it; any other error (a lost worker, a full disk, CUDA) raises and Ray retries from the last
 checkpoint. A trial whose driver process is gone (same host, e.g. SIGKILL) exits within seconds.
-Test hooks: ``fail_once_at_round = R`` makes a trial that was *not* restored raise ``InjectedFailure``
-(transient) when it reaches round R, so tests can watch a retry resume from the checkpoint;
-``fail_permanently_at_round = R`` raises ``InjectedConfigError`` (permanent) at round R.
+A ``round_hook`` (``BenchOptions.round_hook``) runs in the trial's process after every round as
+``hook(trial_name, resumed_from_round, round)``; what it raises is handled as above (the tests inject their
+transient and permanent faults with it).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ray import tune
@@ -58,14 +59,6 @@ DRIVER_POLL_S = 2.0
 _WATCHED: set[int] = set()  # driver pids this worker process watches
 
 
-class InjectedFailure(RuntimeError):
-    """Raised by the ``fail_once_at_round`` test hook (a transient fault: retried)."""
-
-
-class InjectedConfigError(ConfigError):
-    """Raised by the ``fail_permanently_at_round`` test hook (a permanent fault: not retried)."""
-
-
 # Errors that the same config fails with again on any retry: bad settings, data or shapes, and bugs.
 PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
              NotImplementedError)
@@ -73,17 +66,17 @@ PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, K
 
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
                   resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
-                  hooks: dict | None = None, cpus: float | None = None,
+                  round_hook: Callable[[str, int, int], None] | None = None, cpus: float | None = None,
                   checkpoint_budget: float | None = None) -> dict:
     """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
     ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
     benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
-    ``hooks``: the test hooks (``fail_once_at_round``, ``fail_permanently_at_round``); ``cpus``: the trial's
+    ``round_hook``: called after every round (module docstring); ``cpus``: the trial's
     CPU share (its torch threads); ``checkpoint_budget``: the most time fraction checkpoints may take
     (``bench.budget``; None: every ``checkpoint_every`` rounds exactly)."""
     return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
             "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
-            "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, **(hooks or {})}
+            "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, "round_hook": round_hook}
 
 
 def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
@@ -141,7 +134,9 @@ class Reporter:
                 "dataset_fingerprint": self.trial.dataset.fingerprint}
 
     def on_round(self, state: SimState, metrics: dict | None) -> None:
-        _injected_failure(self.payload, self.start, state.round)
+        hook = self.payload.get("round_hook")
+        if hook is not None:
+            hook(self.payload["name"], self.start, state.round)
         checkpoint = (self.every > 0 and state.round % self.every == 0 and state.round < self.trial.cfg.rounds
                       and (self.budget is None or self.budget.allows(_state_bytes(state))))
         if (metrics is None or self.every == 0) and not checkpoint:
@@ -193,14 +188,6 @@ def _state_bytes(state: SimState) -> int:
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text}" if not isinstance(err, ConfigError) else text
-
-
-def _injected_failure(payload: dict, start: int, round_idx: int) -> None:
-    once, always = payload.get("fail_once_at_round"), payload.get("fail_permanently_at_round")
-    if once is not None and start == 0 and round_idx == once:
-        raise InjectedFailure(f"injected failure at round {once} (test hook fail_once_at_round)")
-    if always is not None and round_idx == always:
-        raise InjectedConfigError(f"injected config error at round {always} (test hook fail_permanently_at_round)")
 
 
 def _scratch(payload: dict) -> str | None:

@@ -5,8 +5,7 @@ The building blocks are pure functions on a DataFrame of runs: :func:`leaderboar
 ``cells.aggregate``, ``specs.build_table``, ``paper.reproduction`` and the renderers.
 """
 
-from fedarena.leaderboards.build import build_leaderboards, leaderboard_tables
-from fedarena.leaderboards.reader import LeaderboardError, read_runs
+from fedarena.leaderboards.build import LeaderboardError, build_leaderboards, leaderboard_tables, read_runs
 from fedarena.leaderboards.render import FORMATS, render
 
 __all__ = ["FORMATS", "LeaderboardError", "build_leaderboards", "leaderboard_tables", "read_runs", "render"]

@@ -10,6 +10,7 @@ variants of a selected method (``bench.select``) become one row chosen per colum
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pandas as pd
@@ -17,13 +18,25 @@ import pandas as pd
 from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
 from fedarena.leaderboards.figures import write_figures
 from fedarena.leaderboards.paper import reproduction_table
-from fedarena.leaderboards.reader import LeaderboardError, fill_hint, read_histories, read_runs
 from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
 from fedarena.params import ConfigError
 from fedarena.tracking.labels import misnamed
+from fedarena.tracking.location import redact
+from fedarena.tracking.reading import NoRunsError, fill_hint, read_histories, read_runs
+
+LeaderboardError = NoRunsError  # no runs to build leaderboards from: the message says what exists and how to fill a suite
+
+
+@contextlib.contextmanager
+def redacted_errors(tracking_uri: str):
+    """LeaderboardErrors raised in the block name the store: re-raised with its password replaced by ``***``."""
+    try:
+        yield
+    except LeaderboardError as err:
+        raise LeaderboardError(str(err).replace(tracking_uri, redact(tracking_uri))) from None
 
 
 def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataFrame, list[str]]:

@@ -37,7 +37,7 @@ def _add_report_parser(sub) -> None:
 
 def run(args) -> int:
     from fedarena.leaderboards import build_leaderboards
-    from fedarena.leaderboards.reader import redacted_errors
+    from fedarena.leaderboards.build import redacted_errors
     from fedarena.tracking.location import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)
@@ -64,7 +64,7 @@ def run_report(args) -> int:
 def _check_store(uri: str) -> None:
     """A driver missing, a corrupt file, a server that does not answer: one line. A missing local store is
     left to the reader, which says how to fill it (checking would create an empty one)."""
-    from fedarena.leaderboards.reader import local_store_path
+    from fedarena.tracking.location import local_store_path
     from fedarena.tracking.store import check_store
 
     local = local_store_path(uri)

@@ -1,7 +1,7 @@
 """The fairness view: how test accuracy is spread over the benign devices, per method, as box plots.
 
 Each run's per-client table (the ``clients.csv`` artifact: client, malicious, accuracy, ...) is read from
-the store; the benign devices of every seed of a cell are pooled into one distribution. One figure per
+the store (``tracking.reading.read_client_tables``); the benign devices of every seed of a cell are pooled into one distribution. One figure per
 dataset, one panel per setting (clean, A1 50%, ...), one box per main method (the methods of Ditto's
 figures when at least two ran, else every method, in paper order). A narrow box high up is accurate and
 fair; a long lower whisker is a group of devices the model serves badly.
@@ -9,7 +9,6 @@ fair; a long lower whisker is a group of devices the model serves badly.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -17,34 +16,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from mlflow.exceptions import MlflowException  # noqa: E402
 
 from fedarena.leaderboards.figures import FIGURE_METHODS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
 from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
-from fedarena.tracking.environ import env_vars  # noqa: E402
-from fedarena.tracking.labels import CLIENTS_ARTIFACT  # noqa: E402
 
 MAX_METHODS = 12
-
-
-def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFrame, int]:
-    """(run_id, client, malicious, accuracy) of every run's per-client table; and how many runs had none."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    frames, missing = [], 0
-    # no MLflow progress bar per artifact downloaded (one per run: hundreds of bars)
-    with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
-        for run_id in run_ids:
-            try:
-                path = client.download_artifacts(run_id, CLIENTS_ARTIFACT, str(Path(tmp, run_id)))
-            except (MlflowException, OSError):
-                missing += 1
-                continue
-            table = pd.read_csv(path, usecols=["client", "malicious", "accuracy"])
-            frames.append(table.assign(run_id=run_id))
-    columns = ["client", "malicious", "accuracy", "run_id"]
-    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)), missing
 
 
 def main_methods(methods) -> list[str]:

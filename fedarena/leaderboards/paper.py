@@ -41,6 +41,15 @@ def paper_dir() -> Path:
     return Path(str(resources.files("fedarena.leaderboards") / "paper_tables"))
 
 
+def published_tables(directory: Path | None = None) -> dict[str, set[int]]:
+    """The tables that ship, per paper id: ``<paper>_table<n>.csv`` -> {paper: {n, ...}}."""
+    tables: dict[str, set[int]] = {}
+    for path in (directory or paper_dir()).glob("*_table*.csv"):
+        paper, number = path.stem.rsplit("_table", 1)
+        tables.setdefault(paper, set()).add(int(number))
+    return tables
+
+
 def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:
     """Every published number, long: one row per (paper, cell, metric) with the tables printing it."""
     rows = []

@@ -22,17 +22,17 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena import __version__
-from fedarena.leaderboards.build import figure_files, suite_tables
-from fedarena.leaderboards.fairness import read_client_tables, write_device_figures
+from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
+from fedarena.leaderboards.fairness import write_device_figures
 from fedarena.leaderboards.figures import file_stem
 from fedarena.leaderboards.page import Section, figure_lines, render_page, table_lines
 from fedarena.leaderboards.provenance import provenance_tables
-from fedarena.leaderboards.reader import redacted_errors
 from fedarena.leaderboards.selection import chosen_runs
 from fedarena.leaderboards.specs import BACKDOOR, WORST_CASE
 from fedarena.leaderboards.tables import Table
 from fedarena.params import ConfigError
 from fedarena.tracking.location import redact
+from fedarena.tracking.reading import read_client_tables
 
 REPRODUCTION = "reproduction"
 

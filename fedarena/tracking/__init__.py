@@ -1,22 +1,13 @@
-"""MLflow tracking: where the store is (``location``: no MLflow import, so the CLI checks a store in
-milliseconds), the reachability check and the suite's experiment (``store``), and the run schema, logging and
-querying (``runs``). The names below load their module (and MLflow) on first use."""
+"""MLflow tracking, the one way into MLflow (no module outside this package imports it):
 
-from __future__ import annotations
+- ``location``: where the store is, its URI parsed once (no MLflow import, so the CLI checks a store in
+  milliseconds);
+- ``store``: the reachability check, creating or migrating a store once under a lock, the suite's
+  experiment, and what a failing store raises;
+- ``runs``: the run schema, logging, and the runs of a suite grouped for resuming a benchmark;
+- ``reading``: the one reader of a suite's runs for the tables, figures and report;
+- ``view``: what ``fedarena ui`` opens; ``labels``: run names, table labels and descriptions.
 
-import importlib
-
-_HOMES = {
-    "location": ("TrackingError", "artifact_root", "redact", "sqlite_path", "tracking_uri"),
-    "store": ("check_store", "suite_experiment"),
-    "runs": ("METRICS", "TAGS", "RunStore", "RunSummary", "param_value", "run_name", "run_params", "version_tags"),
-}
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+Import the modules themselves (``from fedarena.tracking.runs import RunStore``): importing this package
+loads nothing, so a command that never touches a store never imports MLflow.
+"""

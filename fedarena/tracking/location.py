@@ -11,7 +11,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from fedarena.params import ConfigError
 
@@ -40,6 +40,18 @@ def sqlite_path(uri: str) -> Path | None:
         return None
     path = uri[len("sqlite:///"):]
     return None if path in ("", ":memory:") else Path(path)
+
+
+def local_store_path(uri: str) -> Path | None:
+    """The file or folder of a local store (sqlite / file / a plain path), None for remote stores."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):])
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a plain path (or a Windows drive letter)
+        return Path(uri)
+    return None
 
 
 def artifact_root(uri: str) -> Path | None:

@@ -34,7 +34,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
-from fedarena.tracking.paging import all_runs
+from fedarena.tracking.reading import all_runs
 
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
 METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))

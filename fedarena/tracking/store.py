@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import sqlite3
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -35,6 +36,9 @@ from fedarena.tracking.location import (
 DATABASES = ("postgresql", "mysql", "mssql", "sqlite")  # the URI schemes MLflow stores through SQLAlchemy
 DRIVER_EXTRAS = {"postgresql": "postgres"}  # database -> the fedarena install extra with its default driver
 
+
+# What a failing store raises (full disk, a server gone, a locked or broken database).
+STORE_ERRORS = (MlflowException, SQLAlchemyError, sqlite3.Error, OSError)
 
 def check_driver(uri: str) -> None:
     """A database URI names a database SQLAlchemy knows and its driver (the one SQLAlchemy picks for

@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.params import ConfigError
 from fedarena.tracking.labels import NOTE_TAG, run_note
-from fedarena.tracking.paging import all_runs
+from fedarena.tracking.reading import all_runs
 
 VIEW_KEY = "fedarena"
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY

@@ -1,0 +1,118 @@
+"""The one reader of a suite's runs (leaderboards, report, figures): runs as a DataFrame, metric histories
+and the per-client tables, from an existing store.
+
+Tracking schema (the contract with ``tracking.runs``, which writes it): one experiment per suite, named
+after the suite; one run per trial with the flattened config as params, provenance and table labels as
+tags, per-round metrics (the latest value is the final one) and the ``clients.csv`` artifact. Everything
+goes through an explicit ``MlflowClient(tracking_uri=...)``; no global MLflow state is touched, and reading
+never creates an empty store as a side effect.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from fedarena.params import ConfigError
+from fedarena.tracking.environ import env_vars
+from fedarena.tracking.labels import CLIENTS_ARTIFACT
+from fedarena.tracking.location import local_store_path
+
+PAGE = 1000  # runs per search_runs call (MLflow's maximum is larger; this keeps responses small)
+
+
+def all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
+    """Every run of an experiment, page by page: what the tables, the UI view and a resumed benchmark read."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+class NoRunsError(ConfigError):
+    """Nothing to read (no store, no such suite, no runs): the message says what exists and how to fill it."""
+
+
+def fill_hint(suite: str) -> str:
+    return f"fill it with `make benchmark SUITE={suite}` (or `fedarena bench run {suite}`) using the same tracking URI"
+
+
+def client_for(tracking_uri: str, suite: str) -> MlflowClient:
+    """A client on an existing store (a missing local store is a NoRunsError, never created here)."""
+    path = local_store_path(tracking_uri)
+    if path is not None and not path.exists():
+        raise NoRunsError(f"no MLflow tracking store at {tracking_uri} ({path} does not exist); {fill_hint(suite)}")
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def experiment_summary(client: MlflowClient) -> str:
+    """The experiments of a store, each marked '(empty)' when it has no runs."""
+    names = []
+    for exp in client.search_experiments():
+        empty = not client.search_runs([exp.experiment_id], max_results=1)
+        names.append(exp.name + (" (empty)" if empty else ""))
+    return ", ".join(sorted(names)) or "none"
+
+
+def suite_experiment_id(client: MlflowClient, tracking_uri: str, suite: str) -> str:
+    """The experiment id of ``suite``; a NoRunsError naming the experiments that exist if absent."""
+    exp = client.get_experiment_by_name(suite)
+    if exp is None:
+        raise NoRunsError(f"no experiment named {suite!r} in the tracking store {tracking_uri}; experiments there: "
+                          f"{experiment_summary(client)}. Pick one of them or {fill_hint(suite)}")
+    return exp.experiment_id
+
+
+def runs_frame(runs: list[Run]) -> pd.DataFrame:
+    """One row per run: run_id, status, start_time, params, tags (not mlflow.*), final metrics."""
+    rows = []
+    for run in runs:
+        row: dict = dict(run.data.params)
+        row.update({k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")})
+        row.update(run.data.metrics)
+        row.update(run_id=run.info.run_id, status=run.info.status, start_time=run.info.start_time)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def read_runs(tracking_uri: str, suite: str) -> pd.DataFrame:
+    """Every run (any status) of the suite's experiment; a NoRunsError when there is none."""
+    client = client_for(tracking_uri, suite)
+    runs = all_runs(client, suite_experiment_id(client, tracking_uri, suite))
+    if not runs:
+        raise NoRunsError(f"experiment {suite!r} in {tracking_uri} has no runs (experiments there: "
+                          f"{experiment_summary(client)}); {fill_hint(suite)}")
+    return runs_frame(runs)
+
+
+def read_histories(tracking_uri: str, run_ids: list[str], metric: str = "acc_pooled") -> pd.DataFrame:
+    """Per-round values of ``metric`` (step = round) for the given runs: run_id, step, value."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    rows = [(run_id, m.step, m.value) for run_id in run_ids for m in client.get_metric_history(run_id, metric)]
+    return pd.DataFrame(rows, columns=["run_id", "step", "value"])
+
+
+def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFrame, int]:
+    """(run_id, client, malicious, accuracy) of every run's per-client table; and how many runs had none."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    frames, missing = [], 0
+    # no MLflow progress bar per artifact downloaded (one per run: hundreds of bars)
+    with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
+        for run_id in run_ids:
+            try:
+                path = client.download_artifacts(run_id, CLIENTS_ARTIFACT, str(Path(tmp, run_id)))
+            except (MlflowException, OSError):
+                missing += 1
+                continue
+            table = pd.read_csv(path, usecols=["client", "malicious", "accuracy"])
+            frames.append(table.assign(run_id=run_id))
+    columns = ["client", "malicious", "accuracy", "run_id"]
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)), missing
