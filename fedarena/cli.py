@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 
 # flag -> config key (top level or "section.key")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 SECTIONS = ("dataset", "model", "method", "attack", "aggregator")
 BACKENDS = ("auto", "sequential", "batched")  # auto: models.backends.auto_backend picks one

@@ -12,11 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from fedarena.errors import ConfigError
 from fedarena.registry import Registry
-
-
-class ConfigError(ValueError):
-    """Invalid experiment settings, reported before any expensive work starts."""
 
 
 def hyperparameters(fn: Callable, exclude: tuple[str, ...] = ()) -> dict[str, Any]:

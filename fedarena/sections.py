@@ -13,10 +13,11 @@ from __future__ import annotations
 from fedarena.attacks.base import ATTACK_SECTION, malicious_count
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.registry import DATASET_SECTION, DATASETS
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import AGGREGATOR_SECTION, check_aggregator, expected_malicious
 from fedarena.methods.base import METHOD_SECTION, Method, build_method
 from fedarena.models.zoo import AUTO, MODEL_SECTION
-from fedarena.params import ConfigError, SectionKind
+from fedarena.params import SectionKind
 
 KINDS: dict[str, SectionKind] = {
     "dataset": DATASET_SECTION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 
 class TransientFault(RuntimeError):

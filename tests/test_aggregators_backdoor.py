@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import RoundDraw, check_aggregator, make_aggregator
 from fedarena.methods.aggregators.flame import cosine_distances, majority_cluster
-from fedarena.params import ConfigError
 
 # Three honest updates of norm <= 5 and two huge outliers; with max_norm = 5 the outliers become (3, -4) and
 # (0, 5), (3, 4) sits exactly on the bound. The norms are sqrt5, sqrt5, 5, 1000, 50: their median is 5 too.

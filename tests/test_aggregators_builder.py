@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import (
     AGGREGATORS,
     base,
@@ -11,7 +12,6 @@ from fedarena.methods.aggregators import (
     expected_malicious,
     make_aggregator,
 )
-from fedarena.params import ConfigError
 from fedarena.perf.aggregators import time_aggregators
 from fedarena.registry import UnknownNameError
 

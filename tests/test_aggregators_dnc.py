@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.aggregators.dnc import spectral_scores
-from fedarena.params import ConfigError
 
 HONEST = [[1.0, 1.0, 0.0], [1.2, 0.9, 0.1], [0.9, 1.1, -0.1], [1.1, 1.0, 0.0], [0.8, 1.0, 0.05]]
 OUTLIERS = [[-8.0, 9.0, 3.0], [-9.0, 8.5, 3.5]]

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, RoundDraw, make_aggregator
 from fedarena.methods.aggregators.foolsgold import HISTORY
-from fedarena.params import ConfigError
 from fedarena.simulation.engine import SimState, initial_state, run_round
 from fedarena.simulation.runner import run_experiment
 from fedarena.simulation.setup import build_trial

@@ -7,9 +7,9 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.aggregators.mgda import project_simplex_box
-from fedarena.params import ConfigError
 
 SEVEN = [(1.0, 1.0), (1.3, 0.9), (0.9, 1.1), (1.1, 1.4), (0.8, 0.7), (9.0, 7.0), (-6.0, 12.0)]
 

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
 from fedarena.methods.aggregators.base import pairwise_sq_distances
 from fedarena.methods.aggregators.krum import iterated_krum, krum_scores
-from fedarena.params import ConfigError
 
 # Honest squared distances: d13 = .02, d12 = .10, d15 = d34 = .13, d14 = d35 = .17, d23 = .20,
 # d24 = d25 = .29, d45 = .58; the outliers are > 60 away from everything.

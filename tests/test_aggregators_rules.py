@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, clip_to_median_norm
-from fedarena.params import ConfigError
 
 # Five honest updates near (1, 1) and two far outliers; no ties in any rule's decision.
 HONEST = [(1.0, 1.0), (1.3, 0.9), (0.9, 1.1), (1.1, 1.4), (0.8, 0.7)]

@@ -13,7 +13,7 @@ from fedarena.attacks import ATTACKS, build_threat
 from fedarena.attacks.labels import poison_dataset
 from fedarena.attacks.poisoned_updates import alie_z
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 
 

@@ -13,7 +13,7 @@ from fedarena.attacks.backdoor import make_patch
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.simulation.metrics import Counts, client_table, compute_metrics
 from fedarena.simulation.runner import run_experiment
 

@@ -9,8 +9,8 @@ from fedarena.attacks import ATTACKS, build_threat
 from fedarena.attacks.base import check_benign_in_every_round
 from fedarena.attacks.optimized import largest_gamma
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import make_aggregator
-from fedarena.params import ConfigError
 
 # Three benign updates 0, 1, 5 in one dimension (mean 2) and two malicious rows (their honest updates 8, 9).
 UPDATES = torch.tensor([[0.0], [1.0], [5.0], [8.0], [9.0]], dtype=torch.float64)

@@ -8,7 +8,7 @@ from fedarena.attacks import ATTACKS, build_threat
 from fedarena.attacks.outliers import feature_range, pick_samples
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.simulation.engine import _round_data, sample_clients
 from fedarena.simulation.setup import build_trial
 

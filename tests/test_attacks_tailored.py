@@ -9,9 +9,9 @@ import torch
 
 from fedarena.attacks import ATTACKS
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
 from fedarena.methods.aggregators.base import aggregator
-from fedarena.params import ConfigError
 
 
 def tamper_of(name, **params):

@@ -24,10 +24,10 @@ from fedarena.bench.grid import expand
 from fedarena.bench.parse import load_suite
 from fedarena.config import ExperimentConfig, read_yaml_file
 from fedarena.datasets.registry import DATASETS
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
-from fedarena.params import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import KINDS, check_planned_server_rule, resolve_config
 from fedarena.simulation.setup import build_trial

@@ -16,7 +16,7 @@ import torch
 from fedarena.datasets import pipeline, vision  # noqa: F401  (vision registers the builders)
 from fedarena.datasets.registry import DATASETS
 from fedarena.datasets.storage import DataCorruptError, DataNotFoundError
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 IDX_NAMES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

@@ -18,7 +18,7 @@ from fedarena.datasets import DATASETS
 from fedarena.datasets import stackoverflow as so
 from fedarena.datasets.fetch import fetch
 from fedarena.datasets.storage import DataCorruptError, DataFetchError, DataNotFoundError
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.simulation.runner import run_experiment
 
 WORDS = ["the", "python", "list", "java", "how"]  # most frequent first

@@ -121,7 +121,7 @@ def test_divergence_with_continue_keeps_personal_models_finite(small_config):
 
 
 def test_bad_settings_fail_before_training(small_config):
-    from fedarena.params import ConfigError
+    from fedarena.errors import ConfigError
 
     bad = [dict(local_steps=1.5), dict(method={"name": "ditto", "lam": -1.0}),
            dict(attack={"name": "a1", "level": 0.0}), dict(attack={"name": "a1", "level": "high"}),

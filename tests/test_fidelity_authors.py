@@ -12,6 +12,7 @@ import torch
 
 from fedarena.attacks import ATTACKS
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.errors import ConfigError
 from fedarena.methods import build_method
 from fedarena.methods.aggregators import RoundDraw, make_aggregator
 from fedarena.methods.aggregators.dnc import coordinates
@@ -20,7 +21,6 @@ from fedarena.models.backends import Backend
 from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MeanEstimator
-from fedarena.params import ConfigError
 from fedarena.simulation.engine import draw_clients, initial_state, round_draw, run_round
 from fedarena.simulation.setup import build_trial
 

@@ -17,7 +17,7 @@ from fedarena.bench.parse import load_suite
 from fedarena.datasets import fmnist_reference
 from fedarena.datasets.fmnist_reference import device_counts, draw_shares, take_in_order
 from fedarena.datasets.registry import DATASETS
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 # 4 devices of equal raw size: rescaled to 400 training images, n = 100 each; every device the same shares
 SIZES = np.full(4, 10.0)

@@ -8,7 +8,7 @@ import pytest
 from fedarena.bench.grid import build_config, combinations, expand
 from fedarena.bench.parse import SUITES, load_suite
 from fedarena.config import SCALES
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.sections import check_planned_server_rule, resolve_config
 
 ROBUST = ("robustness", "ditto_robust")

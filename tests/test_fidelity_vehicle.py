@@ -8,8 +8,8 @@ import torch
 from fedarena.bench.grid import expand
 from fedarena.bench.parse import load_suite
 from fedarena.datasets.registry import build_dataset
+from fedarena.errors import ConfigError
 from fedarena.models.functional import build_model
-from fedarena.params import ConfigError
 
 
 def test_zero_init_svm_starts_at_zero_and_the_default_does_not():

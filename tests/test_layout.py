@@ -8,13 +8,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "fedarena"
 LAYERS = [  # lowest first; a module may import its own package and anything in a lower layer
-    {"registry", "params"},
+    {"registry", "params", "errors"},
     {"config", "datasets", "models"},
     {"methods", "attacks"},
     {"sections"},
     {"simulation"},
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "perf", "examples"},
+    {"bench", "leaderboards", "report", "perf", "examples"},
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow

@@ -8,10 +8,10 @@ import subprocess
 import pandas as pd
 import pytest
 
+from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import leaderboard_tables
 from fedarena.leaderboards.render import latex_escape, render, to_latex
 from fedarena.leaderboards.tables import Block, Cell, Table
-from fedarena.params import ConfigError
 
 
 def sample_table():

@@ -5,8 +5,8 @@ import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from fedarena.errors import ConfigError
 from fedarena.leaderboards import LeaderboardError, build_leaderboards, read_runs
-from fedarena.params import ConfigError
 
 
 def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha="sha1"):

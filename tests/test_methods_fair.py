@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods import build_method
 from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import ServerInfo
 from fedarena.methods.fair import project_simplex, qffl_weights
-from fedarena.params import ConfigError
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.setup import build_trial
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from fedarena.config import ExperimentConfig
+from fedarena.errors import ConfigError
 from fedarena.methods import build_method
 from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.methods.mocha import relationship
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 from fedarena.simulation.runner import run_experiment
 from fedarena.simulation.setup import build_trial
 

@@ -85,7 +85,7 @@ def test_symmetric_kl_by_hand():
 
 
 def test_skl_refuses_non_classification_models():
-    from fedarena.params import ConfigError
+    from fedarena.errors import ConfigError
 
     ctx, batch = mean_model_context()
     method = build_method({"name": "skl"})

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from fedarena.errors import ConfigError
 from fedarena.methods import build_method
 from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.methods.paper_or_reference import reference_finetune_steps
@@ -18,7 +19,6 @@ from fedarena.models.backends import Backend
 from fedarena.models.batch import Batch
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MeanEstimator
-from fedarena.params import ConfigError
 from fedarena.simulation.engine import finalize, initial_state, run_round, simulate
 from fedarena.simulation.setup import build_trial
 

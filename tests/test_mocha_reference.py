@@ -11,11 +11,11 @@ import scipy.linalg
 import torch
 
 from fedarena.config import ExperimentConfig
+from fedarena.errors import ConfigError
 from fedarena.methods import build_method
 from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.methods.mocha import EIGEN_FLOOR, PAPER_LAM, REFERENCE_LAM, reference_root, relationship, safety
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 from fedarena.simulation.data import round_plan
 from fedarena.simulation.engine import initial_state, run_round, simulate
 from fedarena.simulation.setup import build_trial

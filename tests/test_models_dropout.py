@@ -10,11 +10,11 @@ import torch
 from float32_bounds import assert_counts_agree
 
 from fedarena.config import ExperimentConfig
+from fedarena.errors import ConfigError
 from fedarena.models import build_model
 from fedarena.models.backends import Backend
 from fedarena.models.batch import Batch
 from fedarena.models.dropout import MASK32, KeyedDropout, hash32, keep_mask, mul32
-from fedarena.params import ConfigError
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.setup import build_trial

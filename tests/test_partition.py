@@ -7,7 +7,7 @@ import torch
 from fedarena.datasets import build_dataset
 from fedarena.datasets.base import from_partition, split_indices
 from fedarena.datasets.partition import dirichlet, iid, k_classes, natural
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 
 def labels_10_classes(per_class: int = 300) -> np.ndarray:

@@ -16,10 +16,10 @@ from fedarena.cli import main
 from fedarena.datasets import DATASETS
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.registry import register_dataset
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
 from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
-from fedarena.params import ConfigError
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ from test_leaderboards_backdoor import RUNS
 from test_leaderboards_tables import TABLE1_RUNS
 
 from fedarena.leaderboards.build import leaderboard_tables
-from fedarena.leaderboards.page import render_page
-from fedarena.leaderboards.report import build_report, sections
+from fedarena.report.build import build_report, sections
+from fedarena.report.page import render_page
 
 # The store's suite with a targeted label flip at 50% too (accuracy as without an attack). ASR per seed 0, 1:
 # global .80/.82, median .20/.22, ditto .40/.42: median is lowest, against ditto Welch's t = .2 / .01414 = 14.1

@@ -23,7 +23,7 @@ from fedarena.attacks.base import ATTACKS, Effect, with_rows
 from fedarena.attacks.checks import choice, positive
 from fedarena.attacks.optimized import KNOWLEDGE, knowledge_effect, perturbation, reference_rows
 from fedarena.datasets.base import FederatedDataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 # m(gamma): unit, std, sign: mean + gamma p (NDSS 2021's perturbations; std is ALIE's direction);
 # ipm: -gamma mean (Xie et al. 2020); sign_flip: -gamma times each malicious device's own honest update

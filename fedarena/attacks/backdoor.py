@@ -34,7 +34,7 @@ from fedarena.attacks.base import ATTACKS, Backdoor, Effect, with_rows
 from fedarena.attacks.checks import fraction, positive
 from fedarena.attacks.optimized import reference_rows
 from fedarena.datasets.base import FederatedDataset, Split
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 POSITIONS = ("bottom_right", "top_left", "top_right", "bottom_left")
 

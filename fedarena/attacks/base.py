@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset, Split
-from fedarena.params import ConfigError, SectionKind
+from fedarena.errors import ConfigError
+from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 # tamper(updates[n, d], malicious[n] bool, generator) -> updates[n, d]; an effect with ``needs_rule`` gets

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 
 def _number(attack: str, key: str, value) -> float:

@@ -13,7 +13,7 @@ import torch
 
 from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.datasets.base import FederatedDataset, Split
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 LABELLED_TASKS = ("classification", "binary_pm1", "multilabel")  # tasks whose labels an attacker can poison
 

@@ -21,7 +21,7 @@ import torch
 from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.attacks.checks import choice, positive
 from fedarena.datasets.base import FederatedDataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 KNOWLEDGE = ("benign", "benign_strict", "malicious")
 DIRECTIONS = ("unit", "std", "sign")  # the NDSS paper's perturbations: inverse unit vector / std / sign

@@ -25,7 +25,7 @@ import torch
 from fedarena.attacks.base import ATTACKS, Effect
 from fedarena.attacks.checks import fraction, positive
 from fedarena.datasets.base import FederatedDataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 SCOPES = ("all", "malicious")
 

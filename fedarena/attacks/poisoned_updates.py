@@ -20,7 +20,7 @@ from fedarena.attacks.base import ATTACKS, Effect, with_rows
 from fedarena.attacks.checks import non_negative, optional, positive
 from fedarena.attacks.labels import LABELLED_TASKS, poison_dataset
 from fedarena.datasets.base import FederatedDataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 
 def _honest_rows(updates: torch.Tensor, bad: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from fedarena.config import SCALES, folder_arg
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

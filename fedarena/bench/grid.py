@@ -22,7 +22,7 @@ from fedarena.bench.select import variants
 from fedarena.bench.suite import Entry, Rule, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import check_planned_server_rule, resolve_config
 from fedarena.tracking.runs import run_name

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 FULL_MESSAGES = ("database or disk is full", "disk i/o error", "file too large", "no space left on device",

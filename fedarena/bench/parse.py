@@ -23,8 +23,8 @@ from fedarena.bench.suite import (
 )
 from fedarena.bench.validate import check_suite_entries
 from fedarena.config import SECTIONS, read_yaml_file
+from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import published_tables
-from fedarena.params import ConfigError
 from fedarena.registry import Registry
 
 

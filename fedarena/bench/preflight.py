@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedarena.bench.grid import TrialSpec
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, build_trial_model, load_dataset

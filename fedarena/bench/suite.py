@@ -52,7 +52,7 @@ from typing import Any
 
 from fedarena.config import SCALES as SCALES  # noqa: F401  (re-exported: a suite's scales)
 from fedarena.config import ExperimentConfig
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 SUITE_KEYS = ("name", "description", "reference", "reproduces", "fixed", "methods", "attacks", "exclude", "overrides",
               "scales")

@@ -43,7 +43,7 @@ from ray import tune
 
 from fedarena.bench.budget import CheckpointBudget
 from fedarena.config import ExperimentConfig
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter

@@ -15,7 +15,7 @@ from fedarena.bench.select import all_variants
 from fedarena.bench.suite import Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import check_section
 from fedarena.simulation.metrics import METRIC_DIRECTIONS

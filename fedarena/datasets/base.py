@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 SPLIT_FRACTIONS = (0.72, 0.08, 0.20)  # Ditto Appendix C: train / validation / test per device
 

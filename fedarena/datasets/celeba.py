@@ -20,7 +20,7 @@ from fedarena.datasets import leaf
 from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import MISSING, FileStatus, Source, check_glob, register_source, require
+from fedarena.datasets.sources import MISSING, FileStatus, Source, check_glob, require
 from fedarena.datasets.storage import corrupt_error, data_root, missing_error, size_digest
 
 IMAGE_SIZE = 84
@@ -50,12 +50,7 @@ def check(root: Path, verify: bool) -> list[FileStatus]:
     return [*leaf.check_layout(root, "celeba"), images]
 
 
-SOURCE = register_source(
-    Source(
-        "CelebA (LEAF JSON + images)", HOW, check, urls=("http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html",)
-    ),
-    "celeba",
-)
+SOURCE = Source("CelebA (LEAF JSON + images)", HOW, check, urls=("http://mmlab.ie.cuhk.edu.hk/projects/CelebA.html",))
 
 
 def file_names(dataset: str):
@@ -94,13 +89,13 @@ def image_loader(dataset: str, root: Path):
     return stack
 
 
-@register_dataset("celeba", model="cnn_celeba")
+@register_dataset("celeba", model="cnn_celeba", source=SOURCE)
 def celeba(
     rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 515
 ) -> FederatedDataset:
     """CelebA 'Smiling', natural partition: ``num_clients`` celebrities sampled uniformly (Ditto: 515)."""
     root = data_root(data_dir)
-    require("celeba", root)
+    require("celeba", SOURCE, root)
     files = leaf.leaf_files(root, "celeba")
     pool = leaf.load_pool("celeba", files, HOW, file_names("celeba"), leaf.int_labels("celeba", HOW, 2))
     token, part_rng, split_rng = seed_streams(rng)

@@ -6,7 +6,7 @@ import json
 import os
 
 from fedarena.config import folder_arg
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 # ``--data-dir``: a folder (created by ``fetch`` if absent), not an existing file
 DATA_DIR = folder_arg("give the data folder (default: $FEDARENA_DATA_DIR or ~/.cache/fedarena)")

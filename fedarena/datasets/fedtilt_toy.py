@@ -16,7 +16,7 @@ import torch
 
 from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint
 from fedarena.datasets.registry import register_dataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 # experiment -> client -> class -> (centre, std)   (FedTilt Table IV; group g is class g - 1)
 TABLE_IV = {

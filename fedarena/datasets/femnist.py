@@ -20,7 +20,7 @@ from fedarena.datasets import leaf
 from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import Source, register_source, require
+from fedarena.datasets.sources import Source, require
 from fedarena.datasets.storage import corrupt_error, data_root, size_digest
 
 NUM_CLASSES = 62
@@ -32,16 +32,8 @@ HOW = (
     "into femnist/ of the data directory. Ditto's exact 205-writer train/test folders are linked from "
     "data/femnist/README.md of https://github.com/litian96/ditto"
 )
-SOURCE = register_source(
-    Source(
-        "FEMNIST (LEAF JSON)",
-        HOW,
-        lambda root, verify: leaf.check_layout(root, "femnist"),
-        urls=("https://github.com/TalwalkarLab/leaf",),
-    ),
-    "femnist",
-    "femnist_skewed",
-)
+SOURCE = Source("FEMNIST (LEAF JSON)", HOW, lambda root, verify: leaf.check_layout(root, "femnist"),
+                urls=("https://github.com/TalwalkarLab/leaf",))
 
 
 def pixels(dataset: str):
@@ -66,7 +58,7 @@ def pixels(dataset: str):
 
 
 def load(dataset: str, root: Path) -> leaf.LeafPool:
-    require(dataset, root)
+    require(dataset, SOURCE, root)
     files = leaf.leaf_files(root, "femnist")
     return leaf.load_pool(dataset, files, HOW, pixels(dataset), leaf.int_labels(dataset, HOW, NUM_CLASSES))
 
@@ -113,7 +105,7 @@ def build(
     )
 
 
-@register_dataset("femnist", model="cnn_femnist")
+@register_dataset("femnist", model="cnn_femnist", source=SOURCE)
 def femnist(
     rng: np.random.Generator, *, data_dir: str | None = None, num_clients: int = 205
 ) -> FederatedDataset:
@@ -121,7 +113,7 @@ def femnist(
     return build("femnist", rng, data_root(data_dir), "ids", num_clients, "natural", {})
 
 
-@register_dataset("femnist_skewed", model="cnn_femnist")
+@register_dataset("femnist_skewed", model="cnn_femnist", source=SOURCE)
 def femnist_skewed(
     rng: np.random.Generator,
     *,

@@ -14,15 +14,15 @@ from urllib.error import URLError
 
 import fedarena.datasets  # noqa: F401  (importing the package registers every source)
 from fedarena.datasets.registry import DATASETS
-from fedarena.datasets.sources import MISMATCH, MISSING, SOURCES, Source
+from fedarena.datasets.sources import MISMATCH, MISSING, Source
 from fedarena.datasets.storage import DataCorruptError, DataFetchError, data_root, missing_error
 
 
 def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict:
     """What the dataset needs and what is present: a JSON-ready dict (``files``: path, status, detail)."""
-    DATASETS.get(name)  # unknown names: UnknownNameError listing the datasets
+    source = DATASETS.get(name).source  # unknown names: UnknownNameError listing the datasets
     root = data_root(data_dir)
-    if name not in SOURCES:
+    if source is None:
         return {
             "dataset": name,
             "directory": str(root),
@@ -32,7 +32,6 @@ def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict
             "downloadable": False,
             "how": "needs no files: it is generated, or ships with a dependency",
         }
-    source = SOURCES.get(name)
     rows = source.check(root, verify)
     return {
         "dataset": name,
@@ -66,10 +65,10 @@ def fetch(name: str, data_dir: str | None = None) -> str:
 
     Files already present (e.g. placed by hand) are not downloaded again, only checked.
     """
-    DATASETS.get(name)
-    if name not in SOURCES:
+    source = DATASETS.get(name).source
+    if source is None:
         return info_text(name, data_dir)
-    source, root = SOURCES.get(name), data_root(data_dir)
+    root = data_root(data_dir)
     if source.download is not None and any(r.status == MISSING for r in source.check(root, False)):
         _download(name, source, root)
     rows = source.check(root, True)

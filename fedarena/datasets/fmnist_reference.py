@@ -28,7 +28,7 @@ from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerpr
 from fedarena.datasets.pipeline import seed_streams
 from fedarena.datasets.sources import Source, require
 from fedarena.datasets.storage import data_root, size_digest
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 CLASSES_PER_DEVICE = 5
 NUM_CLASSES = 10
@@ -103,7 +103,7 @@ def build_reference(rng: np.random.Generator, source: Source, *, data_dir: str |
                     num_clients: int) -> FederatedDataset:
     """The ``fmnist`` dataset with ``pool="reference"`` (see the module docstring)."""
     root = data_root(data_dir)
-    require("fmnist", root)
+    require("fmnist", source, root)
     folder = root / f"{source.name}/raw"
     (train_x, train_y), (test_x, test_y) = (idx.load_split("fmnist", folder, img, lab, source.how)
                                             for img, lab in idx.SPLIT_FILES)

@@ -9,7 +9,7 @@ import torch
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.offline import partition_labels, standardize
 from fedarena.datasets.registry import register_dataset
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 DITTO_RECIPE = {"classes_per_client": 5, "sizes": "lognormal", "min_size": 20}
 

@@ -11,7 +11,8 @@ import torch
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.datasets.registry import register_dataset
-from fedarena.params import ConfigError, resolve
+from fedarena.errors import ConfigError
+from fedarena.params import resolve
 
 
 def standardize(x: np.ndarray) -> np.ndarray:

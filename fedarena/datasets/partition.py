@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import Registry
 
 PARTITIONERS: Registry = Registry("partition")

@@ -18,7 +18,7 @@ from fedarena.datasets.base import FederatedDataset, fingerprint, from_partition
 from fedarena.datasets.cache import cached_partition
 from fedarena.datasets.offline import partition_labels
 from fedarena.datasets.storage import file_signature
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 
 def seed_streams(rng: np.random.Generator) -> tuple[int, np.random.Generator, np.random.Generator]:

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedarena.params import ConfigError, SectionKind
+from fedarena.datasets.sources import Source
+from fedarena.errors import ConfigError
+from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 
@@ -15,6 +17,7 @@ from fedarena.registry import Registry
 class DatasetSpec:
     build: Callable  # build(rng, **options) -> FederatedDataset
     model: str  # the model the papers use with this dataset
+    source: Source | None = None  # the files it reads (None: generated or bundled)
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -23,9 +26,9 @@ DATASETS: Registry[DatasetSpec] = Registry("dataset")
 DATASET_SECTION = SectionKind("dataset", DATASETS, signature=lambda spec: spec.build)
 
 
-def register_dataset(name: str, *, model: str) -> Callable:
+def register_dataset(name: str, *, model: str, source: Source | None = None) -> Callable:
     def decorator(fn: Callable) -> Callable:
-        DATASETS.add(name, DatasetSpec(fn, model))
+        DATASETS.add(name, DatasetSpec(fn, model, source))
         return fn
 
     return decorator

@@ -1,7 +1,8 @@
 """What files each downloaded dataset needs, how to check them, and how to get them.
 
 A ``Source`` is one upstream distribution (torchvision's Fashion-MNIST files, LEAF's FEMNIST JSON...).
-Several registered datasets may share one (``fmnist`` and ``fmnist_fedtilt``). ``check`` lists every
+Several registered datasets may share one (``fmnist`` and ``fmnist_fedtilt``): a dataset names its source
+when it registers (``register_dataset(..., source=...)``, ``DatasetSpec.source``). ``check`` lists every
 expected file with its status; with ``verify=True`` known checksums are computed too (slower, used by
 ``fedarena data info``). Builders call ``require`` before reading anything.
 """
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedarena.datasets.storage import md5sum, missing_error
-from fedarena.registry import Registry
 
 MISSING, PRESENT, OK, MISMATCH = "missing", "present", "ok (checksum verified)", "checksum mismatch"
 
@@ -36,19 +36,8 @@ class Source:
     download: Callable[[Path], None] | None = None  # download(root); raises on network failure
 
 
-SOURCES: Registry[Source] = Registry("data source")
-
-
-def register_source(source: Source, *datasets: str) -> Source:
-    """Make ``source`` the files of each named dataset."""
-    for name in datasets:
-        SOURCES.add(name, source)
-    return source
-
-
-def require(dataset: str, root: Path) -> list[FileStatus]:
+def require(dataset: str, source: Source, root: Path) -> list[FileStatus]:
     """The dataset's file statuses; DataNotFoundError if any expected file is missing."""
-    source = SOURCES.get(dataset)
     rows = source.check(root, False)
     missing = [r.path for r in rows if r.status == MISSING]
     if missing:

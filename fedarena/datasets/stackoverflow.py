@@ -29,9 +29,9 @@ import torch
 
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import FileStatus, Source, check_file, register_source, require
+from fedarena.datasets.sources import FileStatus, Source, check_file, require
 from fedarena.datasets.storage import corrupt_error, data_root, size_digest
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 TRAIN, WORDS, TAGS = ("stackoverflow/stackoverflow_train.h5", "stackoverflow/stackoverflow.word_count",
                       "stackoverflow/stackoverflow.tag_count")
@@ -71,8 +71,7 @@ def download(root: Path) -> None:
                 raise RuntimeError(f"{name} is not a bzip2 tar archive: {err}") from None
 
 
-SOURCE = register_source(Source("StackOverflow (TFF)", HOW, check, urls=tuple(f"{URL}/{n}" for n, _ in DOWNLOADS),
-                                download=download), "stackoverflow")
+SOURCE = Source("StackOverflow (TFF)", HOW, check, urls=tuple(f"{URL}/{n}" for n, _ in DOWNLOADS), download=download)
 
 
 def most_frequent_words(path: Path, size: int) -> dict[str, int]:
@@ -148,7 +147,7 @@ def _features(examples, users: list[str], max_samples: int | None, rng: np.rando
     return xs, ys
 
 
-@register_dataset("stackoverflow", model="logreg")
+@register_dataset("stackoverflow", model="logreg", source=SOURCE)
 def stackoverflow(
     rng: np.random.Generator,
     *,
@@ -163,7 +162,7 @@ def stackoverflow(
         raise ConfigError("stackoverflow needs num_clients >= 1, vocab_size >= 1, num_tags >= 2 and max_samples "
                           f">= 1 (or null); got {num_clients}, {vocab_size}, {num_tags}, {max_samples}")
     root = data_root(data_dir)
-    require("stackoverflow", root)
+    require("stackoverflow", SOURCE, root)
     vocab = most_frequent_words(root / WORDS, vocab_size)
     tag_index = most_frequent_tags(root / TAGS, num_tags)
     xs, ys = read_users(root / TRAIN, num_clients, max_samples, rng, vocab, tag_index)

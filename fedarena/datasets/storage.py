@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 ENV_VAR = "FEDARENA_DATA_DIR"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from fedarena.datasets.sources import MISSING, FileStatus, Source, check_file, register_source
+from fedarena.datasets import cifar
+from fedarena.datasets.sources import MISSING, FileStatus, Source, check_file
 
 FMNIST_MIRRORS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
 FMNIST_FILES = (
@@ -28,7 +29,7 @@ MNIST_FILES = (
 )
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR_TGZ_MD5 = "c58f30108f718f92721af3b95e74349a"
-CIFAR_FOLDER = "cifar-10-batches-py"
+CIFAR_FOLDER = cifar.FOLDER  # one spelling of the folder torchvision unpacks
 CIFAR_FILES = (
     ("data_batch_1", "c99cafc152244af753f735de768cd75f"),
     ("data_batch_2", "d4bba439e000b95fd0a9bffe97cbabec"),
@@ -88,8 +89,6 @@ def cifar_source() -> Source:
     return Source("CIFAR-10", how, check, urls=(CIFAR_URL,), download=torchvision_download("CIFAR10"))
 
 
-FMNIST_SOURCE = register_source(
-    idx_source("FashionMNIST", FMNIST_MIRRORS, FMNIST_FILES), "fmnist", "fmnist_fedtilt"
-)
-MNIST_SOURCE = register_source(idx_source("MNIST", MNIST_MIRRORS, MNIST_FILES), "mnist")
-CIFAR_SOURCE = register_source(cifar_source(), "cifar10")
+FMNIST_SOURCE = idx_source("FashionMNIST", FMNIST_MIRRORS, FMNIST_FILES)
+MNIST_SOURCE = idx_source("MNIST", MNIST_MIRRORS, MNIST_FILES)
+CIFAR_SOURCE = cifar_source()

@@ -25,9 +25,9 @@ from scipy.io.matlab import MatReadError
 from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint, split_indices
 from fedarena.datasets.pipeline import partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import Source, check_file, register_source, require
+from fedarena.datasets.sources import Source, check_file, require
 from fedarena.datasets.storage import corrupt_error, data_root, size_digest
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 FILE = "vehicle/vehicle.mat"
 HOW = (
@@ -36,10 +36,7 @@ HOW = (
     "from raw_data/, see https://github.com/litian96/ditto and https://github.com/gingsmith/fmtl; raw "
     f"data: http://www.ecs.umass.edu/~mduarte/Software.html) at {FILE} of the data directory"
 )
-SOURCE = register_source(
-    Source("Vehicle (MOCHA .mat)", HOW, lambda root, verify: [check_file(root, FILE, None, verify)]),
-    "vehicle",
-)
+SOURCE = Source("Vehicle (MOCHA .mat)", HOW, lambda root, verify: [check_file(root, FILE, None, verify)])
 READ_ERRORS = (
     MatReadError,
     ValueError,
@@ -119,7 +116,7 @@ def split_clients(
     return clients, parts
 
 
-@register_dataset("vehicle", model="svm")
+@register_dataset("vehicle", model="svm", source=SOURCE)
 def vehicle(
     rng: np.random.Generator,
     *,
@@ -139,7 +136,7 @@ def vehicle(
     if split not in ("paper", "reference"):
         raise ConfigError(f"vehicle split must be 'paper' or 'reference', got {split!r}")
     root = data_root(data_dir)
-    require("vehicle", root)
+    require("vehicle", SOURCE, root)
     path = root / FILE
     xs, ys = read_mat("vehicle", path)
     x = torch.tensor(np.concatenate([standardize_device(v) for v in xs]), dtype=torch.float32)

@@ -30,7 +30,7 @@ from fedarena.datasets.registry import register_dataset
 from fedarena.datasets.sources import Source, require
 from fedarena.datasets.storage import data_root, size_digest
 from fedarena.datasets.torchvision_files import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}
 POOLS = ("train_test", "train")  # which files are partitioned (see the module docstring)
@@ -41,7 +41,7 @@ FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
 def load_idx_pool(dataset: str, root: Path, source: Source,
                   train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
     """Pooled images standardised per pixel, as [n, 1, 28, 28] float32, labels, files read."""
-    require(dataset, root)
+    require(dataset, source, root)
     x, y, files = idx.load_pooled(dataset, root / f"{source.name}/raw", source.how, train_only)
     flat = standardize(x.reshape(len(x), -1).astype(np.float32))
     return flat.reshape(len(x), 1, *x.shape[1:]).astype(np.float32), y, files
@@ -50,7 +50,7 @@ def load_idx_pool(dataset: str, root: Path, source: Source,
 def load_cifar_pool(dataset: str, root: Path,
                     train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
     """Pooled images standardised per colour channel, [n, 3, 32, 32] float32, labels, files read."""
-    require(dataset, root)
+    require(dataset, CIFAR_SOURCE, root)
     x, y, files = cifar.load_pooled(dataset, root, CIFAR_SOURCE.how, train_only)
     x = x.astype(np.float32) / 255.0
     mean = x.mean(axis=(0, 2, 3), keepdims=True)
@@ -118,7 +118,7 @@ def check_pool(name: str, pool: str, partition: str, partition_options: dict | N
                           "partition, partition_options and max_samples at their defaults")
 
 
-def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str) -> None:
+def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str, source) -> None:
     """Register a torchvision-format dataset: ``load(name, root, train_only)`` gives the pooled images and labels, and
     ``defaults`` the paper's k_classes options (the builder's signature is its hyperparameter schema)."""
 
@@ -141,7 +141,7 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
 
     build.__doc__ = doc
     build.__name__ = name
-    register_dataset(name, model=model)(build)
+    register_dataset(name, model=model, source=source)(build)
 
 
 def _idx(source):
@@ -149,10 +149,12 @@ def _idx(source):
 
 
 _register_torchvision("fmnist", "cnn_fmnist", 500, _idx(FMNIST_SOURCE), DITTO_FMNIST,
-                      "Fashion-MNIST with Ditto's partition (500 devices, 5 classes each, lognormal sizes), [1, 28, 28].")
+                      "Fashion-MNIST with Ditto's partition (500 devices, 5 classes each, lognormal sizes), [1, 28, 28].",
+                      FMNIST_SOURCE)
 _register_torchvision("fmnist_fedtilt", "mlp", 100, _idx(FMNIST_SOURCE), FEDTILT,
-                      "Fashion-MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].")
+                      "Fashion-MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].",
+                      FMNIST_SOURCE)
 _register_torchvision("mnist", "mlp", 100, _idx(MNIST_SOURCE), FEDTILT,
-                      "MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].")
+                      "MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].", MNIST_SOURCE)
 _register_torchvision("cifar10", "cnn_cifar", 100, load_cifar_pool, FEDTILT,
-                      "CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32].")
+                      "CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32].", CIFAR_SOURCE)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedarena.errors import ConfigError
 from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
 from fedarena.leaderboards.figures import write_figures
 from fedarena.leaderboards.paper import reproduction_table
@@ -22,7 +23,6 @@ from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
-from fedarena.params import ConfigError
 from fedarena.tracking.labels import misnamed
 from fedarena.tracking.location import redact
 from fedarena.tracking.reading import NoRunsError, fill_hint, read_histories, read_runs

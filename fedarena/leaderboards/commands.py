@@ -51,7 +51,7 @@ def run(args) -> int:
 
 
 def run_report(args) -> int:
-    from fedarena.leaderboards.report import writable_folder, write_report
+    from fedarena.report.build import writable_folder, write_report
     from fedarena.tracking.location import tracking_uri
 
     uri = tracking_uri(args.tracking_uri)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import html
 
+from fedarena.errors import ConfigError
 from fedarena.leaderboards.tables import Block, Cell, Table
-from fedarena.params import ConfigError
 
 FORMATS = {"latex": "tex", "markdown": "md", "html": "html", "csv": "csv"}
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 DYNAMIC_CANDIDATES = {"strong": (0.05, 0.1, 0.2), "normal": (0.1, 1.0, 2.0)}  # Ditto Appendix D.2
 FEW_VAL_SAMPLES = 4  # devices with fewer validation samples use a fixed lambda

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Aggregate, Method, ServerInfo, method
 from fedarena.methods.tilted_loss import tilted_weights
-from fedarena.params import ConfigError
 
 QFFL_EPS = 1e-10  # the q-FFL reference adds it to the losses before taking powers
 

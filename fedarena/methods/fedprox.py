@@ -8,9 +8,9 @@ configured rule. The inexactness of the local solve is the engine's fixed number
 
 from __future__ import annotations
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, sgd
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 
 @method("fedprox")

@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.tilted_loss import tilted_loss_fn, tilted_weights
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 DISTANCES = ("sq_euclidean", "euclidean")
 

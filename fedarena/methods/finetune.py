@@ -16,10 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
 from fedarena.methods.paper_or_reference import check_mode, finetune_epochs, reference_finetune_steps
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 DITTO_FINETUNE_EPOCHS = 50
 # trainers_global/finetuning.py steps with g + lam (v - w*), lam from --lam: the run scripts pass 1

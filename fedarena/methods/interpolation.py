@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
 from fedarena.methods.paper_or_reference import check_mode, finetune_epochs, reference_finetune_steps
 from fedarena.methods.personalized import mix
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 MAPPER_CANDIDATES = (0.25, 0.5, 0.75)  # mixing weights tried per device (Ditto reference, mapper.py)
 

@@ -49,10 +49,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, ServerInfo, StepContext, method
 from fedarena.methods.paper_or_reference import check_mode
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 EIGEN_FLOOR = 1e-7  # the authors' clip of W^T W's eigenvalues before the matrix square root
 PAPER_LAM = 0.001

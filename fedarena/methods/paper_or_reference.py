@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 MODES = ("paper", "reference")
 REFERENCE_FINETUNE_ITERS = 40  # run.sh / run_*.sh: --finetune_iters=40 ("finetune for how many epochs")

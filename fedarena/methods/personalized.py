@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.base import Aggregate, Method, ServerInfo, StepContext, method, scatter_rows, sgd
 from fedarena.methods.fedtilt import repeat_batch
 from fedarena.methods.finetune import FinetunePhase
 from fedarena.methods.paper_or_reference import check_mode, finetune_epochs
 from fedarena.models.batch import Batch
-from fedarena.params import ConfigError
 
 PER_FEDAVG_BATCHES = 3  # the reference's minibatches per meta-step: inner step, outer gradient, Hessian probe
 

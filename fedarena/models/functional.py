@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedarena.errors import ConfigError
 from fedarena.models.dense import dense_plan
 from fedarena.models.dropout import KeyedDropout
 from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
-from fedarena.params import ConfigError
 
 TASKS = ("classification", "binary_pm1", "regression", "multilabel")  # multilabel: y is a 0/1 vector per sample
 

@@ -12,8 +12,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fedarena.errors import ConfigError
 from fedarena.models.dropout import KeyedDropout
-from fedarena.params import ConfigError, SectionKind
+from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model")

@@ -13,9 +13,9 @@ import time
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS, RoundDraw
 from fedarena.methods.aggregators.builder import check_aggregator, make_aggregator
-from fedarena.params import ConfigError
 
 
 def usable_f(name: str, n: int) -> int | None:

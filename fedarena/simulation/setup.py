@@ -16,11 +16,11 @@ from fedarena.attacks import ThreatModel, build_threat
 from fedarena.attacks.base import check_benign_in_every_round
 from fedarena.config import ExperimentConfig
 from fedarena.datasets import FederatedDataset, build_dataset
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import make_aggregator
 from fedarena.methods.base import Aggregate, Method, build_method
 from fedarena.models import FlatModel, build_model
 from fedarena.models.backends import Backend, make_backend
-from fedarena.params import ConfigError
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import urlparse, urlsplit, urlunsplit
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 
 ENV_VAR = "MLFLOW_TRACKING_URI"
 DEFAULT_DB = "mlflow.db"

@@ -18,7 +18,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.labels import CLIENTS_ARTIFACT
 from fedarena.tracking.location import local_store_path

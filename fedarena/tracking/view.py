@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from mlflow.entities import Experiment, Run
 from mlflow.tracking import MlflowClient
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.reading import all_runs
 

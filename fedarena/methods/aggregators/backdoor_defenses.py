@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     RoundDraw,
     aggregator,
@@ -20,7 +21,6 @@ from fedarena.methods.aggregators.base import (
     columnwise,
     vector_median,
 )
-from fedarena.params import ConfigError
 
 
 def clip_factors(updates: torch.Tensor, bound: torch.Tensor | float) -> torch.Tensor:

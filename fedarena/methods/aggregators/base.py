@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedarena.params import ConfigError
+from fedarena.errors import ConfigError
 from fedarena.registry import Registry
 
 Aggregate = Callable[..., torch.Tensor]

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry, RoundDraw
-from fedarena.params import ConfigError, SectionKind
+from fedarena.params import SectionKind
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
 RULE_ARGUMENTS = ("weights", "losses", "f", "round")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     aggregator,
     check_common,
@@ -11,7 +12,6 @@ from fedarena.methods.aggregators.base import (
     columnwise,
     coordinate_median,
 )
-from fedarena.params import ConfigError
 
 
 @aggregator("median")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import RoundDraw, aggregator, check_common, check_updates, subset_mean
-from fedarena.params import ConfigError
 
 
 def check_dnc(n: int, f: int, *, iters: int = 1, sub_dim: int = 10000, c: float = 1.0) -> None:

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.backdoor_defenses import clip_factors, gaussian_noise
 from fedarena.methods.aggregators.base import (
     RoundDraw,
@@ -17,7 +18,6 @@ from fedarena.methods.aggregators.base import (
     column_blocks,
     vector_median,
 )
-from fedarena.params import ConfigError
 
 
 def check_flame(n: int, f: int, *, lam: float = 0.001) -> None:

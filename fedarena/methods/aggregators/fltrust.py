@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import RoundDraw, aggregator, check_common, check_updates
-from fedarena.params import ConfigError
 
 
 def check_fltrust(n: int, f: int, *, root_size: int = 100) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import RoundDraw, aggregator, check_common, check_updates
 from fedarena.methods.aggregators.flame import cosine_distances
-from fedarena.params import ConfigError
 
 HISTORY = "foolsgold_history"  # the key of the [clients, d] table of summed updates in ``RoundDraw.server``
 ROUNDING = 1e-9  # 1 - max cosine below this is rounding (float64 cosines err by ~1e-15): a twin, wv 0

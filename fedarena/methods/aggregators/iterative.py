@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     aggregator,
     check_common,
@@ -13,7 +14,6 @@ from fedarena.methods.aggregators.base import (
     row_sq_distances,
     vector_median,
 )
-from fedarena.params import ConfigError
 
 CENTRES = ("median", "zero")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     RoundDraw,
     aggregator,
@@ -15,7 +16,6 @@ from fedarena.methods.aggregators.base import (
     pairwise_sq_distances,
     subset_mean,
 )
-from fedarena.params import ConfigError
 
 
 def krum_scores(sq_dist: torch.Tensor, neighbours: int, active: torch.Tensor | None = None) -> torch.Tensor:

@@ -15,8 +15,8 @@ import math
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
-from fedarena.params import ConfigError
 
 TINY_NORM = 1e-30
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     PRE_AGGREGATORS,
     aggregator,
@@ -18,7 +19,6 @@ from fedarena.methods.aggregators.base import (
     subset_mean,
     vector_median,
 )
-from fedarena.params import ConfigError
 
 NORM_GUARD = 1e-10  # the reference's l2_clip divides by norm + 1e-10
 

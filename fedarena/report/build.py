@@ -22,15 +22,15 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena import __version__
+from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
-from fedarena.leaderboards.fairness import write_device_figures
 from fedarena.leaderboards.figures import file_stem
-from fedarena.leaderboards.page import Section, figure_lines, render_page, table_lines
-from fedarena.leaderboards.provenance import provenance_tables
 from fedarena.leaderboards.selection import chosen_runs
 from fedarena.leaderboards.specs import BACKDOOR, WORST_CASE
 from fedarena.leaderboards.tables import Table
-from fedarena.params import ConfigError
+from fedarena.report.devices import write_device_figures
+from fedarena.report.page import Section, figure_lines, render_page, table_lines
+from fedarena.report.provenance import provenance_tables
 from fedarena.tracking.location import redact
 from fedarena.tracking.reading import read_client_tables
 
