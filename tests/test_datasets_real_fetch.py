@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torchvision.datasets as tvd
 
-from fedarena.datasets import cache, fetch, storage, torchvision_files
-from fedarena.datasets.sources import MISMATCH, MISSING, OK, PRESENT, check_file
-from fedarena.datasets.storage import DataCorruptError, DataFetchError, DataNotFoundError
+from fedarena.datasets.files import cache, fetch, storage
+from fedarena.datasets.files import torchvision as torchvision_files
+from fedarena.datasets.files.sources import MISMATCH, MISSING, OK, PRESENT, check_file
+from fedarena.datasets.files.storage import DataCorruptError, DataFetchError, DataNotFoundError
 from fedarena.registry import UnknownNameError
 
 

@@ -16,8 +16,8 @@ import torch
 from fedarena.config import ExperimentConfig
 from fedarena.datasets import DATASETS
 from fedarena.datasets import stackoverflow as so
-from fedarena.datasets.fetch import fetch
-from fedarena.datasets.storage import DataCorruptError, DataFetchError, DataNotFoundError
+from fedarena.datasets.files.fetch import fetch
+from fedarena.datasets.files.storage import DataCorruptError, DataFetchError, DataNotFoundError
 from fedarena.errors import ConfigError
 from fedarena.simulation.runner import run_experiment
 

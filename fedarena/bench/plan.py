@@ -11,7 +11,7 @@ from fedarena.bench.grid import TrialSpec
 from fedarena.bench.guard import StorageFullError, free_bytes, human, meta_dir
 from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
-from fedarena.datasets.fetch import info, info_text
+from fedarena.datasets.files.fetch import info, info_text
 from fedarena.errors import ConfigError
 from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from fedarena.datasets.fetch import fetch, info, info_text  # torch: not needed by `fedarena --help`
+    from fedarena.datasets.files.fetch import fetch, info, info_text  # torch: not needed by `fedarena --help`
     from fedarena.datasets.registry import DATASETS
 
     if args.data_dir:  # an environment setting, not a config key: the data location is not part of a trial's identity

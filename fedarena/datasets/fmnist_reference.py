@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedarena.datasets import idx
 from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint
+from fedarena.datasets.files import idx
+from fedarena.datasets.files.sources import Source, require
+from fedarena.datasets.files.storage import data_root, size_digest
 from fedarena.datasets.pipeline import seed_streams
-from fedarena.datasets.sources import Source, require
-from fedarena.datasets.storage import data_root, size_digest
 from fedarena.errors import ConfigError
 
 CLASSES_PER_DEVICE = 5

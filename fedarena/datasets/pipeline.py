@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset, fingerprint, from_partition
-from fedarena.datasets.cache import cached_partition
+from fedarena.datasets.files.cache import cached_partition
+from fedarena.datasets.files.storage import file_signature
 from fedarena.datasets.offline import partition_labels
-from fedarena.datasets.storage import file_signature
 from fedarena.errors import ConfigError
 
 

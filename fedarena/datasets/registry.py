@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedarena.datasets.sources import Source
+from fedarena.datasets.files.sources import Source
 from fedarena.errors import ConfigError
 from fedarena.params import SectionKind
 from fedarena.registry import Registry

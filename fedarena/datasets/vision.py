@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedarena.datasets import cifar, idx
 from fedarena.datasets.base import FederatedDataset
+from fedarena.datasets.files import cifar, idx
+from fedarena.datasets.files.sources import Source, require
+from fedarena.datasets.files.storage import data_root, size_digest
+from fedarena.datasets.files.torchvision import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
 from fedarena.datasets.fmnist_reference import build_reference
 from fedarena.datasets.offline import standardize
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
 from fedarena.datasets.registry import register_dataset
-from fedarena.datasets.sources import Source, require
-from fedarena.datasets.storage import data_root, size_digest
-from fedarena.datasets.torchvision_files import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
 from fedarena.errors import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedarena.datasets.storage import corrupt_error
+from fedarena.datasets.files.storage import corrupt_error
 
 IDX_DTYPES = {
     0x08: np.dtype("u1"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from fedarena.datasets import cifar
-from fedarena.datasets.sources import MISSING, FileStatus, Source, check_file
+from fedarena.datasets.files import cifar
+from fedarena.datasets.files.sources import MISSING, FileStatus, Source, check_file
 
 FMNIST_MIRRORS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",)
 FMNIST_FILES = (

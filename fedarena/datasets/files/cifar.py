@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedarena.datasets.storage import corrupt_error
+from fedarena.datasets.files.storage import corrupt_error
 
 FOLDER = "cifar-10-batches-py"
 TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))

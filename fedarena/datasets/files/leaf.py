@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fedarena.datasets.sources import PRESENT, FileStatus, check_glob
-from fedarena.datasets.storage import corrupt_error
+from fedarena.datasets.files.sources import PRESENT, FileStatus, check_glob
+from fedarena.datasets.files.storage import corrupt_error
 
 ALL, TRAIN, TEST = "all_data", "train", "test"
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedarena.datasets.storage import md5sum, missing_error
+from fedarena.datasets.files.storage import md5sum, missing_error
 
 MISSING, PRESENT, OK, MISMATCH = "missing", "present", "ok (checksum verified)", "checksum mismatch"
 
