@@ -4,22 +4,35 @@ everywhere (CLI, --set, errors before training) with no edit anywhere else."""
 import json
 import pkgutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
+from mlflow.tracking import MlflowClient
 
 import fedarena.datasets
 import fedarena.methods
 import fedarena.methods.aggregators
+from fedarena.attacks.base import ATTACKS, Effect, with_rows
+from fedarena.bench.callback import identity_tags
+from fedarena.bench.grid import expand
+from fedarena.bench.parse import SUITES, load_suite
 from fedarena.cli import main
 from fedarena.datasets import DATASETS
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
+from fedarena.leaderboards.build import build_leaderboards, leaderboard_tables
+from fedarena.leaderboards.figures import figure3_data
 from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
 from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
+from fedarena.simulation.runner import code_version, run_experiment
+from fedarena.tracking.reading import read_runs
+from fedarena.tracking.runs import RunStore, run_params
+from fedarena.tracking.store import suite_experiment
 
 
 @pytest.fixture
@@ -103,3 +116,85 @@ def test_dataset_recipe(tmp_path, unregister):
     result = json.loads(out.read_text())
     assert code == 0 and result["config"]["dataset"] == {"name": "two_blobs", "num_clients": 4, "per_client": 30}
     assert result["config"]["model"]["name"] == "mlp" and result["final"]["acc_pooled"] > 0.5
+
+
+def blobs_builder(rng: np.random.Generator, *, num_clients: int = 4, per_client: int = 40) -> FederatedDataset:
+    """Two Gaussian blobs in 8 dimensions, dealt out evenly."""
+    y = rng.integers(0, 2, num_clients * per_client)
+    x = rng.normal(size=(len(y), 8)) + 2.0 * y[:, None]
+    parts = np.array_split(rng.permutation(len(y)), num_clients)
+    return from_partition("two_blobs", torch.tensor(x, dtype=torch.float32), torch.tensor(y), parts, rng,
+                          num_classes=2, source=f"two_blobs|{per_client}", meta={})
+
+
+class DampedFedAvg(Method):
+    """FedAvg whose local steps are scaled by ``damping``."""
+
+    def __init__(self, *, damping: float = 0.5):
+        self.damping = damping
+
+    def local_step(self, local, batch, ctx: StepContext):
+        _, g = ctx.backend.grad(local["w"], batch)
+        return {**local, "w": sgd(local["w"], self.damping * g, ctx.lr, batch.active)}
+
+
+def noisy_updates(dataset, malicious, rng, *, std: float = 1.0) -> Effect:
+    """Malicious devices add Gaussian noise of ``std`` to their updates (the attack recipe's example)."""
+    def tamper(updates, bad, gen):
+        noise = torch.randn(updates[bad].shape, generator=gen, device=updates.device) * std
+        return with_rows(updates, bad, updates[bad] + noise)
+
+    return Effect(dataset, tamper=tamper)
+
+
+RECIPE_SUITE = {
+    "name": "recipes", "reference": "none (the recipes' components)",
+    "methods": [{"label": "global", "method": {"name": "global"}},
+                {"label": "damped_fedavg", "method": {"name": "damped_fedavg", "damping": 0.5}}],
+    "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]},
+                {"label": "noisy_updates", "attack": {"name": "noisy_updates", "std": 0.5}, "levels": [0.25]}],
+    "scales": {"smoke": {"fixed": {"rounds": 2, "eval_every": 1, "clients_per_round": 4, "local_steps": 2},
+                         "seeds": [0], "datasets": [{"label": "two_blobs", "dataset": {"name": "two_blobs"}}]}},
+}
+
+
+def store_suite_runs(folder, suite_path) -> str:
+    """Every smoke trial of the suite run for real and recorded as the benchmark records it; the store's URI."""
+    uri = f"sqlite:///{folder}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    store = RunStore(client, suite_experiment(client, uri, "recipes"))
+    for spec in expand(load_suite(suite_path), "smoke"):
+        result = run_experiment(spec.config)
+        tags = {**identity_tags(spec, code_version()), "dataset_fingerprint": result["dataset_fingerprint"]}
+        run_id = store.open(spec.name, run_params(spec.config.flat()), tags, spec.config.to_dict())
+        rounds = {row["round"]: {k: v for k, v in row.items() if k != "round"} for row in result["history"]}
+        store.finish(run_id, "FINISHED", [], {"diverged": False}, rounds)
+    return uri
+
+
+@pytest.mark.slow  # real trials and a real MLflow store
+def test_components_of_the_recipes_reach_the_tables_the_figures_and_bench_list(tmp_path, unregister, capsys):
+    # Prepare: a dataset, a method and an attack, each registered as its recipe says, and a suite using them
+    register_dataset("two_blobs", model="mlp")(blobs_builder)
+    method("damped_fedavg")(DampedFedAvg)
+    ATTACKS.register("noisy_updates")(noisy_updates)
+    suite_path = tmp_path / "recipes.yaml"
+    suite_path.write_text(yaml.safe_dump(RECIPE_SUITE))
+    SUITES.add("recipes", suite_path)
+    for registry, name in ((DATASETS, "two_blobs"), (METHODS, "damped_fedavg"), (ATTACKS, "noisy_updates"),
+                           (SUITES, "recipes")):
+        unregister(registry, name)
+    uri = store_suite_runs(tmp_path, suite_path)
+    # Execute
+    paths = build_leaderboards("recipes", uri, str(tmp_path / "boards"), "markdown")
+    tables, cells, _ = leaderboard_tables(read_runs(uri, "recipes"))
+    assert main(["bench", "list", "--no-check"]) == 0
+    listing = capsys.readouterr().out
+    # Assert: a row, a column and a block of the full table; bars of Figure 3; the suite in bench list
+    full = next(t for t in tables if t.name == "full")
+    assert [b.title for b in full.blocks] == ["two_blobs"]
+    assert {row[0].text for row in full.blocks[0].rows} == {"global", "damped_fedavg"}
+    assert [group for group, _ in full.blocks[0].groups] == ["clean", "noisy_updates"]
+    assert set(figure3_data(cells, "two_blobs")["method_label"]) == {"global", "damped_fedavg"}
+    assert any(p.name == "figure3_two_blobs.png" for p in map(Path, paths))
+    assert any(line.split()[:4] == ["recipes", "4", "-", "-"] for line in listing.splitlines()), listing

@@ -1,7 +1,8 @@
 """Figures as PNG (matplotlib, Agg backend): Ditto Figure 3 and 5, and learning curves.
 
 - Figure 3 (Ditto): robustness, i.e. benign test accuracy (``acc_pooled``), as bars per attack and
-  corruption level, for the global model, the robust aggregators and Ditto.
+  corruption level, for every row of the table that ran under attack (Ditto's figure shows the global
+  model, its robust baselines and Ditto; a suite's rows are what it compares, whatever their number).
 - Figure 5 (Ditto): accuracy vs fairness of the defenses under data poisoning (A1): x = benign test
   accuracy, y = std of the accuracies across benign devices; lower right is better.
 - Learning curves: ``acc_pooled`` per evaluation round (the metric history, step = round), mean over
@@ -25,8 +26,7 @@ import pandas as pd  # noqa: E402
 from fedarena.leaderboards.cells import POSITION  # noqa: E402
 from fedarena.leaderboards.tables import label, setting_label, sort_key  # noqa: E402
 
-ROBUST = ("median", "krum", "multi_krum", "clipping", "k_norm", "k_loss", "fedmgda_plus")
-FIGURE_METHODS = ("global", *ROBUST, "ditto")
+MAX_ROWS = 20  # the figure's distinct colours (tab20); further rows are left out, in table order
 MIN_WIDTH = 6.5  # inches: room for a title naming a stand-in dataset above a single panel
 
 
@@ -42,14 +42,10 @@ def _ordered(frame: pd.DataFrame, key: str) -> list:
 
 
 def figure3_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
-    """Finite accuracies of the figure's methods under attack (not clean) on one dataset."""
-    keep = (
-        (cells["dataset_label"] == dataset)
-        & cells["method_label"].isin(FIGURE_METHODS)
-        & (cells["attack_label"] != "clean")
-        & np.isfinite(cells["acc_pooled"])
-    )
-    return cells[keep]
+    """Finite accuracies under attack (not clean) on one dataset, of the first MAX_ROWS rows in table order."""
+    keep = (cells["dataset_label"] == dataset) & (cells["attack_label"] != "clean") & np.isfinite(cells["acc_pooled"])
+    rows = _ordered(cells[keep], "method_label")[:MAX_ROWS]
+    return cells[keep & cells["method_label"].isin(rows)]
 
 
 def figure5_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
@@ -82,7 +78,7 @@ def plot_figure3(data: pd.DataFrame, title: str, path: Path, colors: dict | None
         ax.set_title(label("attack_label", attack))
         ax.set_xlabel("fraction of adversaries")
     axes[0][0].set_ylabel("benign test accuracy")
-    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=len(methods))
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncols=min(len(methods), 8))
     return _save(fig, title, path)
 
 

@@ -1,9 +1,9 @@
 """The fairness view: how test accuracy is spread over the benign devices, per method, as box plots.
 
 Each run's per-client table (the ``clients.csv`` artifact: client, malicious, accuracy, ...) is read from
-the store (``tracking.reading.read_client_tables``); the benign devices of every seed of a cell are pooled into one distribution. One figure per
-dataset, one panel per setting (clean, A1 50%, ...), one box per main method (the methods of Ditto's
-figures when at least two ran, else every method, in paper order). A narrow box high up is accurate and
+the store (``tracking.reading.read_client_tables``); the benign devices of every seed of a cell are pooled
+into one distribution. One figure per dataset, one panel per setting (clean, A1 50%, ...), one box per row
+of the tables (in their order, at most MAX_ROWS, as in Figure 3). A narrow box high up is accurate and
 fair; a long lower whisker is a group of devices the model serves badly.
 """
 
@@ -17,17 +17,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedarena.leaderboards.figures import FIGURE_METHODS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
+from fedarena.leaderboards.figures import MAX_ROWS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
 from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
-
-MAX_METHODS = 12
 
 
 def main_methods(methods) -> list[str]:
-    """Ditto's figure methods when at least two ran, else every method; paper order, at most MAX_METHODS."""
-    present = set(methods)
-    chosen = present & set(FIGURE_METHODS) if len(present & set(FIGURE_METHODS)) >= 2 else present
-    return sorted(chosen, key=lambda m: sort_key("method_label", m))[:MAX_METHODS]
+    """The rows shown, as in Figure 3: every method in table order, at most MAX_ROWS."""
+    return sorted(set(methods), key=lambda m: sort_key("method_label", m))[:MAX_ROWS]
 
 
 def device_accuracy_data(runs: pd.DataFrame, clients: pd.DataFrame, dataset: str) -> pd.DataFrame:
