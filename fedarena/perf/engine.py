@@ -39,7 +39,7 @@ if PERF_DATASET not in DATASETS:
     register_dataset(PERF_DATASET, model="cnn_fmnist")(_perf_dataset)
 
 
-def perf_config(model: str, device: str, backend: str = "sequential", **extra) -> ExperimentConfig:
+def perf_config(model: str, device: str, backend: str = "auto", **extra) -> ExperimentConfig:
     data = {"dataset": {"name": PERF_DATASET}, "model": {"name": model}, "method": {"name": "global"},
             "rounds": 10_000, "clients_per_round": 10, "local_steps": 5, "batch_size": 16, "lr": 0.05,
             "eval_every": 10_000, "device": device, "backend": backend}
