@@ -103,6 +103,11 @@ class ExperimentConfig:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+class ResolvedConfig(ExperimentConfig):
+    """A config whose component sections are resolved (defaults filled, names and keys checked): what
+    ``sections.resolve_config`` returns and every builder of a trial takes, so nothing is resolved twice."""
+
+
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")

@@ -11,11 +11,16 @@ for the attack's corruption level.
 from __future__ import annotations
 
 from fedarena.attacks.base import ATTACK_SECTION, malicious_count
-from fedarena.config import ExperimentConfig
+from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.datasets.registry import DATASET_SECTION, DATASETS
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.builder import AGGREGATOR_SECTION, check_aggregator, expected_malicious
-from fedarena.methods.base import METHOD_SECTION, Method, build_method
+from fedarena.methods.aggregators.builder import (
+    AGGREGATOR_SECTION,
+    aggregator_from,
+    check_rule,
+    expected_malicious,
+)
+from fedarena.methods.base import METHOD_SECTION, Method, method_from
 from fedarena.models.zoo import AUTO, MODEL_SECTION
 from fedarena.params import SectionKind
 
@@ -45,12 +50,15 @@ def check_section(section: str, data: dict) -> None:
     KINDS[section].resolve(data)
 
 
-def resolve_config(cfg: ExperimentConfig) -> ExperimentConfig:
-    """The config with every component's defaults filled in (what gets logged and hashed)."""
+def resolve_config(cfg: ExperimentConfig) -> ResolvedConfig:
+    """The config with every component's defaults filled in (what gets logged and hashed); a config that is
+    already resolved is returned as it is."""
+    if isinstance(cfg, ResolvedConfig):
+        return cfg
     data = cfg.to_dict()
     for section, kind in KINDS.items():
         data[section] = kind.resolve(_named(cfg, section))
-    return ExperimentConfig.from_dict(data)
+    return ResolvedConfig.from_dict(data)
 
 
 def section_keys(cfg: ExperimentConfig) -> dict[str, set[str]]:
@@ -87,7 +95,7 @@ def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
                               f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
         return 0
     f = expected_malicious(cfg.clients_per_round, num_malicious, num_clients)
-    check_aggregator(cfg.aggregator, n=cfg.clients_per_round, f=f)
+    check_rule(aggregator_from(cfg.aggregator, f=f), n=cfg.clients_per_round)
     return f
 
 
@@ -95,7 +103,7 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
     """``check_server_rule`` before any data is loaded (suite validation), where the number of clients is
     known from the dataset options; datasets whose number of clients is only known from the data (natural
     partitions) get their aggregator checked when the trial is built."""
-    method = build_method(cfg.method)
+    method = method_from(cfg.method)
     check_method_model(cfg, method)
     num_clients = cfg.dataset.get("num_clients")
     if not isinstance(num_clients, int) or isinstance(num_clients, bool):

@@ -115,11 +115,6 @@ ATTACK_SECTION = SectionKind("attack", ATTACKS, signature=lambda build: build, s
                              structure=lambda section: {"level": level_value(section)})
 
 
-def attack_params(section: dict) -> dict:
-    """The attack's hyperparameters with defaults filled in (without its name and level)."""
-    return {k: v for k, v in ATTACK_SECTION.resolve(section).items() if k not in ("name", "level")}
-
-
 def malicious_count(level: float, num_clients: int) -> int:
     """Size of the malicious set for a corruption level: int(level * K), as Ditto's reference code counts
     them (Vehicle at 50%: 11 of 23; CelebA at 50%: 257 of 515)."""
@@ -153,8 +148,14 @@ def check_benign_in_every_round(threat: ThreatModel, clients_per_round: int) -> 
 
 
 def build_threat(section: dict, dataset: FederatedDataset, rng: np.random.Generator) -> ThreatModel:
+    """The threat of a section as written (resolved here); trial set-up takes ``threat_from``."""
+    return threat_from(ATTACK_SECTION.resolve(section), dataset, rng)
+
+
+def threat_from(section: dict, dataset: FederatedDataset, rng: np.random.Generator) -> ThreatModel:
+    """The threat model of a resolved attack section (``sections.resolve_config``) on the dataset."""
     count = check_level(section, dataset.num_clients)
-    params = attack_params(section)
+    params = {k: v for k, v in section.items() if k not in ("name", "level")}
     malicious = draw_malicious(dataset.num_clients, count, rng, dataset.meta.get("malicious", []))
     if malicious.all():
         raise ConfigError("every client is malicious; metrics need at least one benign client")

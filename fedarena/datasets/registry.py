@@ -50,4 +50,11 @@ def check_shared_options(name: str, options: dict) -> None:
 
 
 def build_dataset(name: str, options: dict, rng: np.random.Generator):
+    """The dataset of options as written (resolved here); trial set-up takes ``dataset_from``."""
     return DATASETS.get(name).build(rng, **dataset_options(name, options))
+
+
+def dataset_from(resolved: dict, rng: np.random.Generator):
+    """The dataset of a resolved section (``sections.resolve_config``)."""
+    check_shared_options(resolved["name"], resolved)
+    return DATASETS.get(resolved["name"]).build(rng, **{k: v for k, v in resolved.items() if k != "name"})

@@ -136,8 +136,13 @@ METHOD_SECTION = SectionKind("method", METHODS, signature=lambda cls: cls)
 
 
 def build_method(section: dict) -> Method:
-    resolved = METHOD_SECTION.resolve(section)
-    return METHODS.get(resolved.pop("name"))(**resolved)
+    """A method from a section as written (resolved here); trial set-up takes ``method_from``."""
+    return method_from(METHOD_SECTION.resolve(section))
+
+
+def method_from(resolved: dict) -> Method:
+    """A method from its resolved section (``sections.resolve_config``)."""
+    return METHODS.get(resolved["name"])(**{k: v for k, v in resolved.items() if k != "name"})
 
 
 def scatter_rows(table: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -137,9 +137,17 @@ def _owner(module: nn.Module, dotted: str) -> tuple[nn.Module, str]:
 
 def build_model(name: str, options: dict, input_shape: tuple[int, ...], num_classes: int, task: str,
                 seed: int, device: torch.device) -> tuple[FlatModel, torch.Tensor]:
-    """Build the architecture and its initial flat parameters (initialised from ``seed`` only)."""
-    builder = MODELS.get(name)
-    kwargs = {k: v for k, v in MODEL_SECTION.resolve({"name": name, **options}).items() if k != "name"}
+    """Build the architecture of options as written (resolved here) and its initial flat parameters
+    (initialised from ``seed`` only); trial set-up takes ``model_from``."""
+    resolved = MODEL_SECTION.resolve({"name": name, **options})
+    return model_from(resolved, input_shape, num_classes, task, seed, device)
+
+
+def model_from(resolved: dict, input_shape: tuple[int, ...], num_classes: int, task: str, seed: int,
+               device: torch.device) -> tuple[FlatModel, torch.Tensor]:
+    """``build_model`` for a resolved model section (``sections.resolve_config``)."""
+    builder = MODELS.get(resolved["name"])
+    kwargs = {k: v for k, v in resolved.items() if k != "name"}
     with torch.random.fork_rng(devices=[]):  # the init stream must not touch (or depend on) global RNG
         torch.manual_seed(seed)
         module = builder(tuple(input_shape), num_classes, **kwargs)

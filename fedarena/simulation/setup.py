@@ -12,15 +12,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedarena.attacks import ThreatModel, build_threat
-from fedarena.attacks.base import check_benign_in_every_round
-from fedarena.config import ExperimentConfig
-from fedarena.datasets import FederatedDataset, build_dataset
+from fedarena.attacks import ThreatModel
+from fedarena.attacks.base import check_benign_in_every_round, threat_from
+from fedarena.config import ExperimentConfig, ResolvedConfig
+from fedarena.datasets import FederatedDataset
+from fedarena.datasets.registry import dataset_from
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators import make_aggregator
-from fedarena.methods.base import Aggregate, Method, build_method
-from fedarena.models import FlatModel, build_model
+from fedarena.methods.aggregators.builder import aggregator_from
+from fedarena.methods.base import Aggregate, Method, method_from
+from fedarena.models import FlatModel
 from fedarena.models.backends import Backend, make_backend
+from fedarena.models.functional import model_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
@@ -62,11 +64,9 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"invalid device {name!r}: {err}") from None
 
 
-def _without_name(section: dict) -> dict:
-    return {k: v for k, v in section.items() if k != "name"}
-
-
 def build_trial(cfg: ExperimentConfig) -> Trial:
+    """Every part of a trial, from the config resolved once (a ``ResolvedConfig`` is taken as it is): every
+    builder below takes its resolved section."""
     cfg = resolve_config(cfg)
     device = resolve_device(cfg.device)
     dataset = load_dataset(cfg)
@@ -81,7 +81,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
                  root=root_set(cfg, aggregate, pools[0], threat.malicious))
 
 
-def root_set(cfg: ExperimentConfig, aggregate, train: Pooled, malicious: np.ndarray) -> Pooled | None:
+def root_set(cfg: ResolvedConfig, aggregate, train: Pooled, malicious: np.ndarray) -> Pooled | None:
     """FLTrust's root dataset, for a rule that ``needs_root``: ``root_size`` training samples (all of them
     where fewer exist) drawn without replacement, once per trial (stream AGGREGATE, key ROOT_SET), from the
     benign clients' training data, as one client of its own pool."""
@@ -106,35 +106,34 @@ def targeted_pools(threat: ThreatModel, clean: FederatedDataset, device: torch.d
     return backdoor, Pooled.from_dataset(clean, "train", device) if stops else None
 
 
-def load_dataset(cfg: ExperimentConfig) -> FederatedDataset:
+def load_dataset(cfg: ResolvedConfig) -> FederatedDataset:
     """The trial's federated dataset (partitioned with the data seed, or the seed)."""
     data_seed = cfg.seed if cfg.data_seed is None else cfg.data_seed
-    return build_dataset(cfg.dataset["name"], _without_name(cfg.dataset), stream(data_seed, PARTITION))
+    return dataset_from(cfg.dataset, stream(data_seed, PARTITION))
 
 
-def assemble(cfg: ExperimentConfig, dataset: FederatedDataset):
+def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     """(method, threat, server rule, needs_losses) of a resolved config on its dataset, with every check that
     needs the data (``fedarena bench run`` runs it for every trial before any starts)."""
     if cfg.clients_per_round > dataset.num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
                           f"of dataset {dataset.name!r}")
-    method = build_method(cfg.method)
+    method = method_from(cfg.method)
     check_method_model(cfg, method)
     method.check_schedule(cfg.clients_per_round, cfg.local_epochs, dataset.num_clients)
     if dataset.task not in method.tasks:
         raise ConfigError(f"method {method.name!r} is defined for {', '.join(method.tasks)} tasks; dataset "
                           f"{dataset.name!r} is a {dataset.task} task")
-    threat = build_threat(cfg.attack, dataset, stream(cfg.seed, ATTACK))
+    threat = threat_from(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
     return method, threat, aggregate, needs_losses
 
 
-def build_trial_model(cfg: ExperimentConfig, dataset: FederatedDataset, device: torch.device):
+def build_trial_model(cfg: ResolvedConfig, dataset: FederatedDataset, device: torch.device):
     """(model, initial weights) for the dataset's shapes, seeded by the config's init stream."""
     seed_init = int(stream(cfg.seed, INIT).integers(2**62))
-    model, w0 = build_model(cfg.model["name"], _without_name(cfg.model), dataset.input_shape,
-                            dataset.num_classes, dataset.task, seed_init, device)
+    model, w0 = model_from(cfg.model, dataset.input_shape, dataset.num_classes, dataset.task, seed_init, device)
     if model.has_batch_norm and cfg.backend == "batched":
         raise ConfigError(f"model {cfg.model['name']!r} has batch norm, whose statistics would include the batched "
                           "backend's padding; use backend=sequential")
@@ -149,9 +148,9 @@ def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:
     return torch.ones_like(sizes) if sampling == "proportional" else sizes
 
 
-def _server_rule(cfg: ExperimentConfig, method: Method, threat: ThreatModel, num_clients: int):
+def _server_rule(cfg: ResolvedConfig, method: Method, threat: ThreatModel, num_clients: int):
     f = check_server_rule(cfg, method, int(threat.malicious.sum()), num_clients)
     if not method.uses_aggregator:
         return None, False
-    aggregate = make_aggregator(cfg.aggregator, f=f)
+    aggregate = aggregator_from(cfg.aggregator, f=f)
     return aggregate, method.needs_losses or aggregate.needs_losses

@@ -103,19 +103,27 @@ AGGREGATOR_SECTION = SectionKind(
 
 def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
     """Resolve ``section`` into a callable ``Aggregator``; unknown names or hyperparameters raise errors
-    that list the allowed ones."""
-    resolved = AGGREGATOR_SECTION.resolve(section)
+    that list the allowed ones. Trial set-up takes ``aggregator_from`` on the resolved section."""
+    return aggregator_from(AGGREGATOR_SECTION.resolve(section), f=f)
+
+
+def aggregator_from(resolved: Mapping[str, Any], *, f: int) -> Aggregator:
+    """The ``Aggregator`` of a resolved section (``sections.resolve_config``); ``f`` unless it sets one."""
     params = {k: v for k, v in resolved.items() if k not in STRUCTURAL_KEYS}
     pre = tuple(resolved["pre"])
     pre_fns = tuple(PRE_AGGREGATORS.get(p) for p in pre)
-    return Aggregator(resolved["name"], AGGREGATORS.get(resolved["name"]), resolve_f(section, f), params, pre,
+    return Aggregator(resolved["name"], AGGREGATORS.get(resolved["name"]), resolve_f(resolved, f), params, pre,
                       pre_fns)
 
 
 def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
     """Raise ConfigError if the rule cannot run on n sampled clients with f assumed malicious
     (e.g. krum and multi_krum with n - f - 2 < 1, bulyan with n < 4f + 3, trimmed_mean with 2f >= n)."""
-    agg = make_aggregator(section, f=f)
+    check_rule(make_aggregator(section, f=f), n=n)
+
+
+def check_rule(agg: Aggregator, *, n: int) -> None:
+    """``check_aggregator`` for a built ``Aggregator``."""
     agg.entry.check(n, agg.f, **agg.params)
 
 
