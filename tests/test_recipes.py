@@ -57,6 +57,28 @@ def run_cli(tmp_path, *argv):
     return code, (json.loads(out.read_text()) if code == 0 else None)
 
 
+def blobs_builder(rng: np.random.Generator, *, num_clients: int = 4, per_client: int = 40) -> FederatedDataset:
+    """Two Gaussian blobs in 8 dimensions, dealt out evenly (an example, as in CONTRIBUTING.md)."""
+    y = rng.integers(0, 2, num_clients * per_client)
+    x = rng.normal(size=(len(y), 8)) + 2.0 * y[:, None]
+    parts = np.array_split(rng.permutation(len(y)), num_clients)
+    return from_partition("two_blobs", torch.tensor(x, dtype=torch.float32), torch.tensor(y), parts, rng,
+                          num_classes=2, source=f"two_blobs|{per_client}", meta={})
+
+
+class DampedFedAvg(Method):
+    """FedAvg whose local steps are scaled by ``damping`` (an example, as in CONTRIBUTING.md)."""
+
+    def __init__(self, *, damping: float = 0.5):
+        if damping <= 0:
+            raise ConfigError(f"damped_fedavg damping must be > 0, got {damping}")
+        self.damping = damping
+
+    def local_step(self, local, batch, ctx: StepContext):
+        _, g = ctx.backend.grad(local["w"], batch)
+        return {**local, "w": sgd(local["w"], self.damping * g, ctx.lr, batch.active)}
+
+
 def test_aggregator_recipe(tmp_path, unregister, capsys):
     def check_shrunk_mean(n: int, f: int, *, shrink: float = 0.5) -> None:
         check_common(n, f)
@@ -79,19 +101,7 @@ def test_aggregator_recipe(tmp_path, unregister, capsys):
 
 
 def test_method_recipe(tmp_path, unregister, capsys):
-    @method("damped_fedavg")
-    class DampedFedAvg(Method):
-        """FedAvg whose local steps are scaled by ``damping`` (an example, as in CONTRIBUTING.md)."""
-
-        def __init__(self, *, damping: float = 0.5):
-            if damping <= 0:
-                raise ConfigError(f"damped_fedavg damping must be > 0, got {damping}")
-            self.damping = damping
-
-        def local_step(self, local, batch, ctx: StepContext):
-            _, g = ctx.backend.grad(local["w"], batch)
-            return {**local, "w": sgd(local["w"], self.damping * g, ctx.lr, batch.active)}
-
+    method("damped_fedavg")(DampedFedAvg)
     unregister(METHODS, "damped_fedavg")
     code, result = run_cli(tmp_path, "--method", "damped_fedavg", "--set", "damping=0.1")
     assert code == 0 and result["config"]["method"] == {"name": "damped_fedavg", "damping": 0.1}
@@ -100,15 +110,7 @@ def test_method_recipe(tmp_path, unregister, capsys):
 
 
 def test_dataset_recipe(tmp_path, unregister):
-    @register_dataset("two_blobs", model="mlp")
-    def two_blobs(rng: np.random.Generator, *, num_clients: int = 4, per_client: int = 40) -> FederatedDataset:
-        """Two Gaussian blobs in 8 dimensions, dealt out evenly (an example, as in CONTRIBUTING.md)."""
-        y = rng.integers(0, 2, num_clients * per_client)
-        x = rng.normal(size=(len(y), 8)) + 2.0 * y[:, None]
-        parts = np.array_split(rng.permutation(len(y)), num_clients)
-        return from_partition("two_blobs", torch.tensor(x, dtype=torch.float32), torch.tensor(y), parts, rng,
-                              num_classes=2, source=f"two_blobs|{per_client}", meta={})
-
+    register_dataset("two_blobs", model="mlp")(blobs_builder)
     unregister(DATASETS, "two_blobs")
     out = tmp_path / "blobs.json"
     code = main(["run", "--dataset", "two_blobs", "--rounds", "3", "--clients-per-round", "2", "--no-progress",
@@ -116,26 +118,6 @@ def test_dataset_recipe(tmp_path, unregister):
     result = json.loads(out.read_text())
     assert code == 0 and result["config"]["dataset"] == {"name": "two_blobs", "num_clients": 4, "per_client": 30}
     assert result["config"]["model"]["name"] == "mlp" and result["final"]["acc_pooled"] > 0.5
-
-
-def blobs_builder(rng: np.random.Generator, *, num_clients: int = 4, per_client: int = 40) -> FederatedDataset:
-    """Two Gaussian blobs in 8 dimensions, dealt out evenly."""
-    y = rng.integers(0, 2, num_clients * per_client)
-    x = rng.normal(size=(len(y), 8)) + 2.0 * y[:, None]
-    parts = np.array_split(rng.permutation(len(y)), num_clients)
-    return from_partition("two_blobs", torch.tensor(x, dtype=torch.float32), torch.tensor(y), parts, rng,
-                          num_classes=2, source=f"two_blobs|{per_client}", meta={})
-
-
-class DampedFedAvg(Method):
-    """FedAvg whose local steps are scaled by ``damping``."""
-
-    def __init__(self, *, damping: float = 0.5):
-        self.damping = damping
-
-    def local_step(self, local, batch, ctx: StepContext):
-        _, g = ctx.backend.grad(local["w"], batch)
-        return {**local, "w": sgd(local["w"], self.damping * g, ctx.lr, batch.active)}
 
 
 def noisy_updates(dataset, malicious, rng, *, std: float = 1.0) -> Effect:
