@@ -17,7 +17,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"bench", "leaderboards", "report", "perf", "examples"},
     {"commands", "cli"},
 ]
-LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
 
 
 def module_name(path: Path) -> str:

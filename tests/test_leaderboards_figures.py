@@ -2,7 +2,14 @@
 
 import pandas as pd
 
-from fedarena.leaderboards.figures import MAX_ROWS, curves_data, figure3_data, figure5_data, palette, write_figures
+from fedarena.leaderboards.figures import (
+    MAX_ROWS,
+    curves_data,
+    figure3_data,
+    figure5_data,
+    palette,
+    write_figures,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -29,6 +29,7 @@ from fedarena.tracking.location import (
     artifact_root,
     check_local_store,
     first_line,
+    local_store_path,
     redact,
     sqlite_path,
 )
@@ -143,3 +144,12 @@ def suite_experiment(client: MlflowClient, uri: str, suite: str) -> str:
     root = artifact_root(uri)
     location = (root / suite).resolve().as_uri() if root is not None else None
     return client.create_experiment(suite, artifact_location=location)
+
+
+def check_store_if_present(uri: str) -> None:
+    """``check_store`` for a store that is to be read: a driver missing, a corrupt file, a server that does not
+    answer is one line; a missing local store is left to the reader, which says how to fill it (checking
+    would create an empty one)."""
+    local = local_store_path(uri)
+    if local is None or local.exists():
+        check_store(uri)
