@@ -88,6 +88,7 @@ def test_grid_is_tracked_then_skipped_on_rerun(ray_cluster, suite_file, tmp_path
         assert (tags["suite"], tags["scale"], tags["method_label"], tags["attack_label"], tags["level"]) == (
             "raygrid", "smoke", spec.method_label, "clean", "0.0")
         assert tags["cell_hash"] == spec.cell_hash and tags["diverged"] == "false" and tags["dataset_fingerprint"]
+        assert run.data.params["backend"] == "auto" and tags["backend_used"] == "batched"  # synthetic's logreg
         assert [m.step for m in client.get_metric_history(run.info.run_id, "acc_pooled")] == [2, 4, 6]
         assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["clients.csv", "config.json",
                                                                                   "result.json"]

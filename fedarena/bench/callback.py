@@ -26,6 +26,7 @@ from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
 from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
+    BACKEND_USED,
     CHECKPOINT,
     CHECKPOINT_ROUND,
     ERROR,
@@ -177,7 +178,7 @@ class TrackingCallback(tune.Callback):
         start = result.get("resumed_from_round", 0)
         if run.resumed_from != start:  # first report of an attempt (the first one, or a retry)
             run.pending_tags.update({"dataset_fingerprint": result.get("dataset_fingerprint", ""),
-                                     RESUMED_FROM: start})
+                                     BACKEND_USED: result.get("backend_used", ""), RESUMED_FROM: start})
             run.resumed_from = start
         if result.get("evaluated") and result["round"] > run.last_round:
             run.pending_rounds[result["round"]] = _numbers(result)

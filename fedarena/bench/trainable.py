@@ -131,7 +131,7 @@ class Reporter:
 
     def base(self, round_idx: int) -> dict:
         return {"round": round_idx, "rounds": self.trial.cfg.rounds, "resumed_from_round": self.start,
-                "dataset_fingerprint": self.trial.dataset.fingerprint}
+                "dataset_fingerprint": self.trial.dataset.fingerprint, "backend_used": self.trial.backend.name}
 
     def on_round(self, state: SimState, metrics: dict | None) -> None:
         hook = self.payload.get("round_hook")

@@ -8,7 +8,8 @@
   ``"true"``/``"false"``, labels are the suite's row/column labels (``dataset_label`` names the dataset
   really run, see ``tracking.labels``). A run of one variant of a selected method (a suite entry with
   ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
-  and ``variant`` (e.g. ``aggregator.eps=0.5``).
+  and ``variant`` (e.g. ``aggregator.eps=0.5``). ``backend_used`` is the backend that ran the trial (what
+  ``backend: auto`` chose; the param ``backend`` says what was asked).
 - Metrics: ``METRICS`` (every metric the engine registers, ``simulation.metrics``) at every evaluation
   round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients).
   The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end). At the last
@@ -40,7 +41,8 @@ HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a ru
 METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))
 TAGS = ("config_hash", "cell_hash", "suite", "scale", "dataset_fingerprint", "git_sha", "fedarena_version",
         "torch_version", "method_label", "dataset_label", "attack_label", "level", "diverged", "dataset_name",
-        "select_group", "select_by", "variant")
+        "select_group", "select_by", "variant", "backend_used")
+BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
 CHECKPOINT, CHECKPOINT_ROUND, RESUMED_FROM, FAILURES, ERROR = (
     "checkpoint", "checkpoint_round", "resumed_from_round", "num_failures", "error")
