@@ -18,7 +18,7 @@ import pandas as pd
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
 from fedarena.leaderboards.figures import write_figures
-from fedarena.leaderboards.paper import reproduction_table
+from fedarena.leaderboards.paper import paper_datasets, reproduction_table
 from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
@@ -65,7 +65,7 @@ def relabel_notes(runs: pd.DataFrame) -> list[str]:
     notes = []
     pairs = runs[["dataset_label", "dataset.name"]].dropna().astype(str)
     for (label, name), part in pairs.groupby(["dataset_label", "dataset.name"], sort=True):
-        if misnamed(label, name):
+        if misnamed(label, name, paper_datasets()):
             notes.append(f"{len(part)} run(s) recorded under the label {label} ran {name}: shown as {name}.")
     return notes
 

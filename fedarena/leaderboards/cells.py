@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from fedarena.config import SCALES
+from fedarena.leaderboards.paper import paper_datasets
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.tracking.labels import shown_label
 
@@ -69,7 +70,8 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
     out["attack_label"] = out["attack_label"].replace({"none": "clean"})
     if "dataset.name" in out:
         names = out["dataset.name"].fillna(out["dataset_label"]).astype(str)
-        out["dataset_label"] = [shown_label(str(lb), n) for lb, n in zip(out["dataset_label"], names, strict=True)]
+        known = paper_datasets()  # a label naming a published dataset must be the dataset run
+        out["dataset_label"] = [shown_label(str(lb), n, known) for lb, n in zip(out["dataset_label"], names, strict=True)]
     level = out["level"] if "level" in out else pd.Series(np.nan, index=out.index)
     if "attack.level" in out:
         level = level.fillna(out["attack.level"])

@@ -12,6 +12,7 @@ The same cell printed in several tables is one row listing those tables; where t
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
-from fedarena.tracking.labels import PAPER_DATASETS, runs_the_named_dataset
+from fedarena.tracking.labels import runs_the_named_dataset
 
 METHOD_ALIASES = {"plain_finetuning": "finetuning", "per_fedavg_hf": "per_fedavg"}
 PAPER_METRICS = {
@@ -71,10 +72,16 @@ def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:
     return tables.rename("tables").reset_index()
 
 
+@functools.cache
+def paper_datasets() -> frozenset[str]:
+    """The dataset ids of the published tables that ship (their ``dataset`` column)."""
+    return frozenset(load_paper_tables()["dataset_label"])
+
+
 def is_paper_dataset(label: str, name: str) -> bool:
     """Whether a run on registered dataset ``name`` is the paper's experiment for dataset ``label``
     (fmnist and its FedTilt partition fmnist_fedtilt are; digits is not, whatever its label)."""
-    return label in PAPER_DATASETS and runs_the_named_dataset(label, name)
+    return label in paper_datasets() and runs_the_named_dataset(label, name)
 
 
 def on_paper_datasets(cells: pd.DataFrame) -> pd.Series:

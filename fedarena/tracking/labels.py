@@ -1,8 +1,9 @@
 """Dataset labels that say what ran.
 
 A suite's dataset label is the block title of the tables, a part of run names, progress lines and figure
-file names, and the ``dataset_label`` tag of every run. A label that is a dataset's name (a registered
-dataset, or one of the papers' dataset ids) must therefore be the dataset really run: ``digits`` runs are
+file names, and the ``dataset_label`` tag of every run. A label that is a dataset's name (among the names
+the caller knows: the registered datasets for the bench, the datasets of the published tables for the
+leaderboards) must therefore be the dataset really run: ``digits`` runs are
 labelled ``digits``, never ``fmnist``. The one exception is a paper's own partition of the same data
 (``fmnist_fedtilt``, FedTilt's partition of Fashion-MNIST, is labelled ``fmnist``). Labels that name no
 dataset (``my_mix``) are free.
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-# The papers' dataset ids (the ``dataset`` column of the published tables).
-PAPER_DATASETS = ("fmnist", "femnist", "femnist_skewed", "celeba", "vehicle", "stackoverflow", "mnist", "cifar10")
 # Suffixes of registered datasets that are a paper's own partition of the dataset named by the rest.
 PAPER_PARTITIONS = ("_fedtilt",)
 
@@ -27,17 +26,17 @@ def runs_the_named_dataset(label: str, dataset_name: str) -> bool:
     return dataset_name == label or dataset_name in {label + suffix for suffix in PAPER_PARTITIONS}
 
 
-def names_a_dataset(label: str, dataset_names: Iterable[str] = ()) -> bool:
-    """Whether ``label`` is a paper's dataset id or one of ``dataset_names`` (e.g. the registered ones)."""
-    return label in PAPER_DATASETS or label in set(dataset_names)
+def names_a_dataset(label: str, dataset_names: Iterable[str]) -> bool:
+    """Whether ``label`` is one of ``dataset_names`` (the registered datasets, or the published tables')."""
+    return label in set(dataset_names)
 
 
-def misnamed(label: str, dataset_name: str, dataset_names: Iterable[str] = ()) -> bool:
+def misnamed(label: str, dataset_name: str, dataset_names: Iterable[str]) -> bool:
     """True when ``label`` names another dataset than the one run (``fmnist`` on ``digits``)."""
     return names_a_dataset(label, dataset_names) and not runs_the_named_dataset(label, dataset_name)
 
 
-def shown_label(label: str, dataset_name: str, dataset_names: Iterable[str] = ()) -> str:
+def shown_label(label: str, dataset_name: str, dataset_names: Iterable[str]) -> str:
     """The label to show: ``label``, or the dataset really run when ``label`` names another one."""
     return dataset_name if misnamed(label, dataset_name, dataset_names) else label
 
