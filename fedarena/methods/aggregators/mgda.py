@@ -22,12 +22,17 @@ TINY_NORM = 1e-30
 
 
 def project_simplex_box(y: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """Euclidean projection of y [n] onto {x : sum x = 1, lo <= x_i <= hi} (needs n * lo <= 1 <= n * hi)."""
-    breaks = torch.cat([y - lo, y - hi]).sort().values  # sum(clip(y - tau)) is non-increasing in tau
-    sums = (y[None, :] - breaks[:, None]).clamp(lo, hi).sum(dim=1)
-    j = int(((sums >= 1).sum() - 1).clamp(0, breaks.numel() - 2))
+    """Euclidean projection of y [n] onto {x : sum x = 1, lo <= x_i <= hi} (needs n * lo <= 1 <= n * hi).
+
+    The solver calls this thousands of times on a few numbers: the shift is found in Python floats (the same
+    IEEE double operations as on tensors, without a tensor call each); only the sums stay tensor reductions."""
+    values = y.tolist()
+    cuts = sorted([v - lo for v in values] + [v - hi for v in values])  # sum(clip(y - tau)) falls in tau
+    breaks = torch.tensor(cuts, dtype=y.dtype, device=y.device)
+    sums = (y[None, :] - breaks[:, None]).clamp(lo, hi).sum(dim=1).tolist()
+    j = min(max(sum(s >= 1 for s in sums) - 1, 0), len(cuts) - 2)
     drop = sums[j] - sums[j + 1]
-    tau = breaks[j] if drop <= 0 else breaks[j] + (sums[j] - 1) / drop * (breaks[j + 1] - breaks[j])
+    tau = cuts[j] if drop <= 0 else cuts[j] + (sums[j] - 1) / drop * (cuts[j + 1] - cuts[j])
     return (y - tau).clamp(lo, hi)
 
 
@@ -42,13 +47,14 @@ def min_norm_weights(gram: torch.Tensor, eps: float, iters: int, tol: float) -> 
     y, t = x_prev, 1.0
     for _ in range(iters):
         x = project_simplex_box(y - (2 / lipschitz) * (gram @ y), lo, hi)
-        if float((x - x_prev).abs().max()) <= tol:
+        step = x - x_prev
+        if float(step.abs().max()) <= tol:
             return x
-        if float((y - x) @ (x - x_prev)) > 0:  # momentum points uphill: restart
+        if float((y - x) @ step) > 0:  # momentum points uphill: restart
             y, t = x, 1.0
         else:
             t_next = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            y, t = x + ((t - 1) / t_next) * (x - x_prev), t_next
+            y, t = x + ((t - 1) / t_next) * step, t_next
         x_prev = x
     return x_prev
 
