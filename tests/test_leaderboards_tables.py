@@ -76,6 +76,17 @@ def test_seeds_are_averaged_with_a_t_interval():
     assert texts(table.blocks[0]) == [["global", "**.830±.090 (.10)**"]]
 
 
+def test_cells_do_not_depend_on_the_order_the_store_returns_runs_in():
+    # Prepare: seeds whose float sum depends on the order it is taken in (0.1 + 0.2 + 0.3 != 0.3 + 0.2 + 0.1)
+    rows = [run("fmnist", m, "a1", 0.5, s, acc, 0.1) for m in ("global", "krum") for s, acc in
+            enumerate((0.1, 0.2, 0.3))]
+    # Execute
+    forward, backward = cells_of(rows), cells_of(rows[::-1])
+    # Assert: bit for bit the same cells, in the same order
+    pd.testing.assert_frame_equal(forward.reset_index(drop=True), backward.reset_index(drop=True), check_exact=True)
+    assert (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1
+
+
 def test_t_halfwidth_needs_two_values():
     assert math.isnan(t_halfwidth([0.5]))
     assert t_halfwidth([0.4, 0.6]) == pytest.approx(12.706205 * math.sqrt(0.02) / math.sqrt(2), rel=1e-6)

@@ -16,7 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena.errors import ConfigError
-from fedarena.leaderboards.cells import aggregate, dedupe, normalize, select_scale, split_status
+from fedarena.leaderboards.cells import (
+    aggregate,
+    canonical_order,
+    dedupe,
+    normalize,
+    select_scale,
+    split_status,
+)
 from fedarena.leaderboards.figures import write_figures
 from fedarena.leaderboards.paper import paper_datasets, reproduction_table
 from fedarena.leaderboards.render import FORMATS, render
@@ -45,6 +52,7 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
     relabelled = relabel_notes(finished)
     finished, chosen, other_scales = select_scale(normalize(finished), scale)
     finished, superseded = dedupe(finished)
+    finished = canonical_order(finished)
     notes = [f"Scale: {chosen}."] if chosen else []
     if counts["in_progress"]:
         notes.append(f"{counts['in_progress']} run(s) still in progress are left out.")

@@ -24,6 +24,7 @@ from scipy import stats
 
 from fedarena.config import SCALES
 from fedarena.leaderboards.paper import paper_datasets
+from fedarena.leaderboards.tables import sort_key
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.tracking.labels import shown_label
 
@@ -120,6 +121,18 @@ def dedupe(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     latest = order[keyed.loc[order.index]].drop_duplicates(["cell_hash", "seed"], keep="last")
     kept = pd.concat([latest, runs[~keyed]]).sort_index()
     return kept, len(runs) - len(kept)
+
+
+def canonical_order(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs sorted by cell (in the tables' order), variant and seed: a mean over seeds then sums in one order,
+    ties are broken alike and the tidy CSVs list cells as the tables do, whatever order the store returns runs
+    in (the benchmark records them as they finish)."""
+    keys = [c for c in (*POSITION, "variant", "seed", "cell_hash", "run_id") if c in runs]
+    return runs.sort_values(keys, key=_sortable, kind="stable") if keys else runs
+
+
+def _sortable(column: pd.Series) -> pd.Series:
+    return column.map(lambda value: sort_key(column.name, value if isinstance(value, str) else str(value)))
 
 
 def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> float:
