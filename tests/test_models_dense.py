@@ -77,6 +77,13 @@ def test_dense_plan_accepts_only_plain_relu_mlps(module, task, expected):
     assert (plan.shapes if plan else None) == expected
 
 
+def test_without_flatten_the_plan_fits_only_feature_vectors():
+    plan = dense_plan(nn.Sequential(nn.Linear(4, 3)), "classification")
+    flat = dense_plan(nn.Sequential(nn.Flatten(), nn.Linear(4, 3)), "classification")
+    assert plan.fits(torch.zeros(2, 5, 4)) and not plan.fits(torch.zeros(2, 5, 1, 4))
+    assert flat.fits(torch.zeros(2, 5, 1, 2, 2))
+
+
 @pytest.mark.parametrize("model, device, expected", [
     ("mlp", "cpu", "batched"),
     ("logreg", "cpu", "batched"),

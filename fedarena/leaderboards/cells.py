@@ -132,7 +132,7 @@ def canonical_order(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _sortable(column: pd.Series) -> pd.Series:
-    return column.map(lambda value: sort_key(column.name, value if isinstance(value, str) else str(value)))
+    return column.map(lambda value: sort_key(column.name, str(value)))  # strings: one comparable type
 
 
 def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> float:

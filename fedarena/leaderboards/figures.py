@@ -44,8 +44,12 @@ def _ordered(frame: pd.DataFrame, key: str) -> list:
 def figure3_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """Finite accuracies under attack (not clean) on one dataset, of the first MAX_ROWS rows in table order."""
     keep = (cells["dataset_label"] == dataset) & (cells["attack_label"] != "clean") & np.isfinite(cells["acc_pooled"])
-    rows = _ordered(cells[keep], "method_label")[:MAX_ROWS]
-    return cells[keep & cells["method_label"].isin(rows)]
+    return cells[keep & cells["method_label"].isin(shown_methods(cells.loc[keep, "method_label"]))]
+
+
+def shown_methods(methods) -> list[str]:
+    """The rows a figure shows: every method in table order, at most MAX_ROWS (Figure 3, the device plots)."""
+    return sorted(set(methods), key=lambda m: sort_key("method_label", m))[:MAX_ROWS]
 
 
 def figure5_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:

@@ -48,7 +48,7 @@ class Backend:
     def grad(self, params: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client masked mean loss [n] and its gradient [n, d] (with the step's dropout, if keyed)."""
         key = self.dropout_key()
-        if key is None and self.batched and self.model.dense is not None:
+        if key is None and self.batched and self.model.dense is not None and self.model.dense.fits(batch.x):
             return dense_grad(self.model.dense, params, batch.x, batch.y, batch.mask)
         if key is None:
             return self.grad_of(self.model.loss, params, batch)

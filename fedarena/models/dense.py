@@ -21,6 +21,12 @@ class DensePlan:
     """The layer shapes of a plain MLP: ``shapes[i] = (out, in)`` of linear layer i (ReLU between them)."""
 
     shapes: tuple[tuple[int, int], ...]
+    flattens: bool  # a leading Flatten: a sample's features are all its dimensions (else its last one)
+
+    def fits(self, x: torch.Tensor) -> bool:
+        """Whether minibatches x [n, B, ...] are what this step computes on (without a Flatten, Linear acts
+        on the last dimension alone, which only [n, B, features] matches)."""
+        return self.flattens or x.dim() == 3
 
 
 def dense_plan(module: nn.Module, task: str) -> DensePlan | None:
@@ -29,14 +35,14 @@ def dense_plan(module: nn.Module, task: str) -> DensePlan | None:
     if task != "classification" or not isinstance(module, nn.Sequential):
         return None
     layers = list(module)
-    if layers and isinstance(layers[0], nn.Flatten) and layers[0].start_dim == 1 and layers[0].end_dim == -1:
-        layers = layers[1:]
+    flattens = bool(layers) and type(layers[0]) is nn.Flatten and (layers[0].start_dim, layers[0].end_dim) == (1, -1)
+    layers = layers[1:] if flattens else layers
     linear, relu = layers[0::2], layers[1::2]
     if not linear or not all(type(m) is nn.Linear and m.bias is not None for m in linear):
         return None
     if len(relu) != len(linear) - 1 or not all(type(m) is nn.ReLU for m in relu):
         return None
-    return DensePlan(tuple((m.out_features, m.in_features) for m in linear))
+    return DensePlan(tuple((m.out_features, m.in_features) for m in linear), flattens)
 
 
 def dense_grad(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,

@@ -17,20 +17,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedarena.leaderboards.figures import MAX_ROWS, MIN_WIDTH, file_stem, palette, run_on  # noqa: E402
+from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, palette, run_on, shown_methods  # noqa: E402
 from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
-
-
-def main_methods(methods) -> list[str]:
-    """The rows shown, as in Figure 3: every method in table order, at most MAX_ROWS."""
-    return sorted(set(methods), key=lambda m: sort_key("method_label", m))[:MAX_ROWS]
 
 
 def device_accuracy_data(runs: pd.DataFrame, clients: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """Benign devices' accuracies (all seeds pooled) of the main methods on one dataset:
     method_label, attack_label, level, accuracy."""
     runs = runs[runs["dataset_label"] == dataset]
-    runs = runs[runs["method_label"].isin(main_methods(runs["method_label"]))]
+    runs = runs[runs["method_label"].isin(shown_methods(runs["method_label"]))]
     merged = clients.merge(runs[["run_id", "method_label", "attack_label", "level"]], on="run_id", how="inner")
     benign = ~merged["malicious"].astype(str).str.lower().isin(("true", "1"))
     return merged.loc[benign, ["method_label", "attack_label", "level", "accuracy"]].reset_index(drop=True)
