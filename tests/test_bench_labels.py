@@ -7,11 +7,12 @@ import yaml
 
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import expand
-from fedarena.bench.parse import SUITES, load_suite
+from fedarena.bench.parse import load_suite
 from fedarena.bench.suite import SuiteError
 from fedarena.config import SCALES
 from fedarena.datasets import DATASETS
 from fedarena.leaderboards.paper import paper_datasets
+from fedarena.suites import SUITES
 from fedarena.tracking.labels import misnamed, shown_label
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}

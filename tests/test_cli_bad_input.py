@@ -23,13 +23,13 @@ from local_ports import free_port
 from fedarena import cli
 from fedarena.attacks.base import ATTACKS
 from fedarena.bench import commands as bench_commands
-from fedarena.bench.parse import SUITES
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.datasets.registry import DATASETS
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ("--out", "{T}/result.json")

@@ -11,7 +11,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"registry", "params", "errors"},
     {"config", "datasets", "models"},
     {"methods", "attacks"},
-    {"sections"},
+    {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
     {"simulation"},
     {"tracking"},  # logs the engine's registered metrics
     {"bench", "leaderboards", "report", "perf", "examples"},

@@ -18,7 +18,7 @@ import fedarena.methods.aggregators
 from fedarena.attacks.base import ATTACKS, Effect, with_rows
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import expand
-from fedarena.bench.parse import SUITES, load_suite
+from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.datasets import DATASETS
 from fedarena.datasets.base import FederatedDataset, from_partition
@@ -30,6 +30,7 @@ from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
 from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
 from fedarena.simulation.runner import code_version, run_experiment
+from fedarena.suites import SUITES
 from fedarena.tracking.reading import read_runs
 from fedarena.tracking.runs import RunStore, run_params
 from fedarena.tracking.store import suite_experiment
@@ -131,8 +132,8 @@ def noisy_updates(dataset, malicious, rng, *, std: float = 1.0) -> Effect:
 
 RECIPE_SUITE = {
     "name": "recipes", "reference": "none (the recipes' components)",
-    "methods": [{"label": "global", "method": {"name": "global"}},
-                {"label": "damped_fedavg", "method": {"name": "damped_fedavg", "damping": 0.5}}],
+    "methods": [{"label": "damped_fedavg", "method": {"name": "damped_fedavg", "damping": 0.5}},
+                {"label": "global", "method": {"name": "global"}}],
     "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]},
                 {"label": "noisy_updates", "attack": {"name": "noisy_updates", "std": 0.5}, "levels": [0.25]}],
     "scales": {"smoke": {"fixed": {"rounds": 2, "eval_every": 1, "clients_per_round": 4, "local_steps": 2},
@@ -175,7 +176,7 @@ def test_components_of_the_recipes_reach_the_tables_the_figures_and_bench_list(t
     # Assert: a row, a column and a block of the full table; bars of Figure 3; the suite in bench list
     full = next(t for t in tables if t.name == "full")
     assert [b.title for b in full.blocks] == ["two_blobs"]
-    assert {row[0].text for row in full.blocks[0].rows} == {"global", "damped_fedavg"}
+    assert [row[0].text for row in full.blocks[0].rows] == ["damped_fedavg", "global"]  # the suite's order
     assert [group for group, _ in full.blocks[0].groups] == ["clean", "noisy_updates"]
     assert set(figure3_data(cells, "two_blobs")["method_label"]) == {"global", "damped_fedavg"}
     assert any(p.name == "figure3_two_blobs.png" for p in map(Path, paths))

@@ -16,10 +16,11 @@ from collections.abc import Iterable
 import pandas as pd
 
 from fedarena.bench.grid import combinations
-from fedarena.bench.parse import SUITES, load_suite
+from fedarena.bench.parse import load_suite
 from fedarena.bench.suite import Suite
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import KEYS, load_paper_tables, reproduction
+from fedarena.suites import SUITES
 
 PLACEHOLDER_METRICS = ("acc_pooled", "acc_std", "class_std_mean", "class_std_std")
 COLUMNS = ["paper", "table", "cells", "produced", "suites"]

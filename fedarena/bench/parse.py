@@ -13,7 +13,6 @@ from fedarena.bench.suite import (
     PATCH_KEYS,
     SCALE_KEYS,
     SCALES,
-    SUITE_DIR,
     SUITE_KEYS,
     Entry,
     Rule,
@@ -25,7 +24,7 @@ from fedarena.bench.validate import check_suite_entries
 from fedarena.config import SECTIONS, read_yaml_file
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import published_tables
-from fedarena.registry import Registry
+from fedarena.suites import SUITES
 
 
 def read_suite(path: Path, check_names: bool = True) -> Suite:
@@ -38,16 +37,6 @@ def read_suite(path: Path, check_names: bool = True) -> Suite:
     if check_names:
         check_suite_entries(suite)
     return suite
-
-
-def _shipped() -> Registry[Path]:
-    registry: Registry[Path] = Registry("suite")
-    for path in sorted(SUITE_DIR.glob("*.yaml")):
-        registry.add(path.stem, path)
-    return registry
-
-
-SUITES = _shipped()
 
 
 def suite_path(ref: str | Path) -> Path:

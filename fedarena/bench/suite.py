@@ -1,4 +1,4 @@
-"""Benchmark suites: YAML files (``fedarena/bench/suites/*.yaml``, loaded with ``yaml.safe_load``).
+"""Benchmark suites: YAML files (``fedarena/suites/*.yaml``, loaded with ``yaml.safe_load``).
 
 A suite names the axes of a grid and its three scales. A *patch* is a partial experiment config (any
 ``ExperimentConfig`` key but ``seed`` and ``device``; a section with a ``name`` replaces that section,
@@ -35,7 +35,8 @@ A dataset label is the dataset run (``digits``), or a paper's dataset id for a p
 data (``fmnist`` for ``fmnist_fedtilt``); a label that names another dataset is an error
 (``fedarena.tracking.labels``).
 
-This module holds the suite's data model and the shipped suites (``SUITES``); ``parse`` reads the YAML
+This module holds the suite's data model (the shipped files and their registry ``SUITES`` are in
+``fedarena.suites``, below the leaderboards, which show labels in the order the suites list them); ``parse`` reads the YAML
 (structure, labels, levels), ``validate`` checks every registered name and hyperparameter of every entry
 (cheap, no data), ``grid`` expands a scale into trials. Errors are ``SuiteError`` messages that start
 with the file and the key, e.g.
@@ -62,7 +63,6 @@ SELECT_KEYS = ("by", "over", "scales")
 MATCH_KEYS = ("method", "attack", "dataset", "level")
 PATCH_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("seed", "device"))
 LABEL = re.compile(r"^[A-Za-z0-9_.+\-]+$")
-SUITE_DIR = Path(__file__).parent / "suites"
 
 
 class SuiteError(ConfigError):

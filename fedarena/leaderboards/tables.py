@@ -17,28 +17,13 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.significance import NOT_SIGNIFICANT, Scored, Verdict, column_verdict
+from fedarena.suites.order import AXES as ORDERED
+from fedarena.suites.order import label_order
 
 MISSING = "–"
 
-DATASET_ORDER = (
-    "fmnist",
-    "femnist",
-    "femnist_skewed",
-    "celeba",
-    "vehicle",
-    "stackoverflow",
-    "mnist",
-    "cifar10",
-)
-ATTACK_ORDER = ("clean", "a1", "a2", "a3", "persistent_random_corruption", "persistent_gaussian_noise")
 # The attack label of worst-case cells (``worst.py``): no suite label contains a space; its columns come last.
 WORST = "worst case"
-METHOD_ORDER = (
-    "global", "fedavg", "local", "fair_term_t1", "finetuning", "l2sgd", "ewc", "skl", "per_fedavg",
-    "mapper", "apfl", "mocha", "median", "krum", "multi_krum", "clipping", "k_norm", "k_loss",
-    "fedmgda_plus", "fedtilt", "ditto", "ditto_lam", "ditto_best_lam", "ditto_dynamic_lam",
-    "ditto_clipping", "ditto_multi_krum",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,23 +57,15 @@ class Table:
     tidy: pd.DataFrame
 
 
-def _rank(order: tuple[str, ...], name: str) -> tuple:
-    """Known names in paper order; ``ditto_lam<x>`` by x; the rest alphabetically after them."""
-    match = re.fullmatch(r"ditto_lam([0-9.]+)", name)
-    if match and "ditto_lam" in order:
-        return (order.index("ditto_lam"), float(match.group(1)), name)
-    if name in order:
-        return (order.index(name), 0.0, name)
-    return (len(order), 0.0, name)
-
-
 def sort_key(key: str, value) -> tuple:
-    """Sort key of one value of a position column."""
-    orders = {"dataset_label": DATASET_ORDER, "attack_label": ATTACK_ORDER, "method_label": METHOD_ORDER}
+    """Sort key of one value of a position column: labels in the order the suites list them
+    (``fedarena.suites.order``), then the others alphabetically; numbers (levels) by value."""
     if key == "attack_label" and value == WORST:
-        return (len(ATTACK_ORDER) + 1, 0.0, "")
-    if key in orders:
-        return _rank(orders[key], str(value))
+        return (len(label_order(key)) + 1, 0.0, "")
+    if key in ORDERED:
+        order = label_order(key)
+        name = str(value)
+        return (order.index(name), 0.0, name) if name in order else (len(order), 0.0, name)
     if isinstance(value, (int, float, np.number)):
         return (0, float(value), "")
     return (1, 0.0, str(value))
