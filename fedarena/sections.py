@@ -16,6 +16,7 @@ from fedarena.datasets.registry import DATASET_SECTION, DATASETS
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import (
     AGGREGATOR_SECTION,
+    Aggregator,
     aggregator_from,
     check_rule,
     expected_malicious,
@@ -83,8 +84,10 @@ def check_method_model(cfg: ExperimentConfig, method: Method) -> None:
                           f"{method.models[0]}")
 
 
-def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int, num_clients: int) -> int:
-    """The method and the aggregator fit together and the rule is defined for this corruption; returns f.
+def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
+                      num_clients: int) -> Aggregator | None:
+    """The method and the aggregator fit together and the rule is defined for this corruption; returns the
+    checked rule (None for a method without global aggregation).
 
     A method without global aggregation takes only the plain mean. f = int(clients_per_round * malicious /
     clients) (docs/semantics.md), unless the aggregator section overrides it.
@@ -93,10 +96,10 @@ def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
         if cfg.aggregator["name"] != "mean" or cfg.aggregator.get("pre"):
             raise ConfigError(f"method {method.name!r} has no global aggregation; it cannot use aggregator "
                               f"{cfg.aggregator['name']!r} (leave the aggregator at 'mean')")
-        return 0
-    f = expected_malicious(cfg.clients_per_round, num_malicious, num_clients)
-    check_rule(aggregator_from(cfg.aggregator, f=f), n=cfg.clients_per_round)
-    return f
+        return None
+    rule = aggregator_from(cfg.aggregator, f=expected_malicious(cfg.clients_per_round, num_malicious, num_clients))
+    check_rule(rule, n=cfg.clients_per_round)
+    return rule
 
 
 def check_planned_server_rule(cfg: ExperimentConfig) -> None:

@@ -18,7 +18,6 @@ from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.datasets import FederatedDataset
 from fedarena.datasets.registry import dataset_from
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.builder import aggregator_from
 from fedarena.methods.base import Aggregate, Method, method_from
 from fedarena.models import FlatModel
 from fedarena.models.backends import Backend, make_backend
@@ -149,8 +148,7 @@ def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:
 
 
 def _server_rule(cfg: ResolvedConfig, method: Method, threat: ThreatModel, num_clients: int):
-    f = check_server_rule(cfg, method, int(threat.malicious.sum()), num_clients)
-    if not method.uses_aggregator:
+    aggregate = check_server_rule(cfg, method, int(threat.malicious.sum()), num_clients)
+    if aggregate is None:
         return None, False
-    aggregate = aggregator_from(cfg.aggregator, f=f)
     return aggregate, method.needs_losses or aggregate.needs_losses
