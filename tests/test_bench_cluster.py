@@ -1,10 +1,10 @@
 """A benchmark on a real two-node Ray cluster on this machine: a head and a worker started with ``ray start``
 (token authentication, as Ray sets it up), the driver ``fedarena bench run`` reaching it through
-``RAY_ADDRESS``, checkpoints on a folder both nodes see. The worker node's raylet is killed while a trial
-runs there; the trial must resume on the head node from its last checkpoint and end as exactly one FINISHED
-MLflow run with every evaluation round logged once.
+``RAY_ADDRESS``, checkpoints on a folder both nodes see. The worker node is killed (its raylet and its trial
+worker) while a trial runs there; the trial must resume on the head node from its last checkpoint and end as
+exactly one FINISHED MLflow run with every evaluation round logged once.
 
-Each node is one CPU, so the two trials (the suite of ``test_bench_faults``: 1500 cheap rounds, checkpointed
+Each node is one CPU, so the two trials (the suite of ``test_bench_faults``: 3000 cheap rounds, checkpointed
 every 250) run one per node. The cluster lives in its own process groups and temporary folder: the finalizer
 ends those groups only (never ``ray stop``, which would end every Ray instance on the machine). The test is
 skipped when the cluster cannot start here.
@@ -33,6 +33,7 @@ pytestmark = pytest.mark.integration  # real processes: a two-node Ray cluster (
 RAY = str(Path(sys.executable).parent / "ray")
 NODE_START_S = 120
 RESUME_TIMEOUT_S = 420
+ROUNDS = 3000  # cheap rounds, evaluated every 100: long enough that no trial ends before the node is killed
 # The GCS declares a node dead after failed health checks (about 15 s by default): sooner here.
 HEALTH = {"RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_period_ms": "1000",
           "RAY_health_check_failure_threshold": "3"}
@@ -141,8 +142,8 @@ def store_runs(folder: Path) -> list[dict]:
 
 def wait_for_worker_trial(bench: Bench, node: Node) -> list[int]:
     """The trial workers on ``node`` once both trials are past their first checkpoint (round 250)."""
-    bench.wait_for("s0: round 300/1500")
-    bench.wait_for("s1: round 300/1500")
+    bench.wait_for(f"s0: round 300/{ROUNDS}")
+    bench.wait_for(f"s1: round 300/{ROUNDS}")
     workers = node.trial_workers()
     assert workers, f"no trial runs on the worker node:\n{bench.text()}"
     return workers
@@ -153,10 +154,12 @@ def test_killed_node_trial_resumes_on_the_other_node(cluster, tmp_path, monkeypa
     for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
         monkeypatch.setenv(name, cluster.env[name])
     monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-    bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path, rounds=1500)))
+    bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path, rounds=ROUNDS)))
     workers = wait_for_worker_trial(bench, cluster.worker)
-    # Execute: kill the worker node's raylet (its workers die with it); the head node stays
-    os.kill(cluster.worker.raylet(), signal.SIGKILL)
+    # Execute: the worker node dies: its raylet and its trial worker at once. Killing the raylet alone races
+    # the worker, which notices its raylet is gone only after a while and may finish its trial first.
+    for pid in (cluster.worker.raylet(), *workers):
+        os.kill(pid, signal.SIGKILL)
     code = bench.wait(timeout=RESUME_TIMEOUT_S)
     # Assert: the trial on the dead node was retried from its checkpoint on the head, logged once per round
     found = store_runs(tmp_path)
@@ -164,7 +167,7 @@ def test_killed_node_trial_resumes_on_the_other_node(cluster, tmp_path, monkeypa
     assert code == 0, text
     assert "retrying from its checkpoint at round" in text, text
     assert len(found) == 2 and len({r["tags"]["config_hash"] for r in found}) == 2, found
-    assert all(r["status"] == "FINISHED" and r["steps"] == list(range(50, 1501, 50)) for r in found), found
+    assert all(r["status"] == "FINISHED" and r["steps"] == list(range(100, ROUNDS + 1, 100)) for r in found), found
     retried = [r for r in found if r["tags"].get("num_failures", "0") != "0"]
     assert len(retried) == 1 and int(retried[0]["tags"]["resumed_from_round"]) >= 250, found
     assert not any(is_trial_worker(pid) for pid in workers)
