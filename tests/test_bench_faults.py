@@ -2,7 +2,7 @@
 (real Ray, a real SQLite store in a temporary folder), injects a fault (a corrupt or read-only store, an
 impossible trial, SIGTERM, Ctrl+C, SIGKILL of the driver, a second benchmark of the same suite, a full disk)
 and checks what the user sees (exit status, one line naming the cause, no traceback) and what is left in
-the store (no run lost, duplicated or left RUNNING). Trials are 2 seeds x 600 cheap rounds on synthetic
+the store (no run lost, duplicated or left RUNNING). Trials are 2 seeds x 1200 cheap rounds on synthetic
 data, checkpointed every 100 rounds, so a fault lands in the middle of a trial.
 """
 
@@ -29,9 +29,12 @@ SUITE = {"name": "faults", "fixed": {"clients_per_round": 4, "local_steps": 2, "
          "methods": [{"label": "global", "method": {"name": "global"}}],
          "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]}]}
 START_TIMEOUT_S = 240
+# Cheap rounds: enough that a trial seen at round 160 is still running when a signal or a kill reaches it, on
+# a CPU a few times faster than this one
+ROUNDS = 1200
 
 
-def write_suite(folder: Path, rounds: int = 600, **changes) -> Path:
+def write_suite(folder: Path, rounds: int = ROUNDS, **changes) -> Path:
     """The suite with trials of ``rounds`` rounds, evaluated 30 times."""
     scale = {**SCALE, "fixed": {"rounds": rounds, "eval_every": rounds // 30}}
     path = folder / "faults.yaml"
@@ -150,7 +153,7 @@ def test_sigterm_is_ctrl_c_and_a_second_benchmark_is_refused_then_the_rerun_comp
     first.wait_for("suite 'faults' at scale 'smoke'")
     # Execute: a second benchmark of the same suite on the same store, then SIGTERM to the first mid-trial
     second = run_cli(tmp_path, bench_argv(tmp_path, suite))
-    first.wait_for("round 160/600")
+    first.wait_for(f"round 160/{ROUNDS}")
     first.proc.send_signal(signal.SIGTERM)
     code = first.wait()
     stopped = runs(tmp_path)
@@ -170,7 +173,7 @@ def test_sigterm_is_ctrl_c_and_a_second_benchmark_is_refused_then_the_rerun_comp
 def test_ctrl_c_shows_the_summary_and_fedarenas_hint_only(tmp_path):
     # Prepare: its own session, so that Ctrl+C reaches the whole process group as in a terminal
     bench = Bench(tmp_path, bench_argv(tmp_path, write_suite(tmp_path)), new_session=True)
-    bench.wait_for("round 160/600")
+    bench.wait_for(f"round 160/{ROUNDS}")
     # Execute
     os.killpg(bench.proc.pid, signal.SIGINT)
     code = bench.wait()
@@ -217,7 +220,7 @@ def test_sigkilled_driver_then_a_full_disk_lose_nothing(tmp_path):
     # Prepare (one scenario: each benchmark costs a Ray start)
     suite = write_suite(tmp_path)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite))
-    bench.wait_for("round 160/600")
+    bench.wait_for(f"round 160/{ROUNDS}")
     workers = trial_workers(bench.proc.pid)
     leftover = tmp_path / "ray" / ".fedarena" / "tmp" / "faults" / "fedarena-ckpt-left"
     # Execute: SIGKILL the driver
@@ -232,7 +235,7 @@ def test_sigkilled_driver_then_a_full_disk_lose_nothing(tmp_path):
     # Execute: the rerun resumes; then its store file may not grow any more (a file-size limit on the driver:
     # EFBIG, as a full disk); then the same command once more
     resumed = Bench(tmp_path, bench_argv(tmp_path, suite), name="rerun")
-    resumed.wait_for("round 300/600")
+    resumed.wait_for(f"round 300/{ROUNDS}")
     size = (tmp_path / "store" / "mlflow.db").stat().st_size
     resource.prlimit(resumed.proc.pid, resource.RLIMIT_FSIZE, (size, size))
     full_code = resumed.wait()

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from local_ports import free_port
 from mlflow.tracking import MlflowClient
-from test_bench_faults import Bench, assert_clean, bench_argv, run_cli, write_suite
+from test_bench_faults import ROUNDS, Bench, assert_clean, bench_argv, run_cli, write_suite
 
 pytestmark = pytest.mark.integration  # real processes: `mlflow server`, `fedarena bench run` (Ray), signals
 
@@ -96,7 +96,7 @@ def server_runs(uri: str) -> list[dict]:
 def assert_finished_once(found: list[dict], rounds: int) -> None:
     assert len(found) == 2 and len({r["tags"]["config_hash"] for r in found}) == 2, found
     for run in found:
-        assert run["status"] == "FINISHED" and run["steps"] == list(range(20, rounds + 1, 20)), run
+        assert run["status"] == "FINISHED" and run["steps"] == list(range(rounds // 30, rounds + 1, rounds // 30)), run
         assert run["files"] == ["clients.csv", "config.json", "result.json"], run
 
 
@@ -104,8 +104,8 @@ def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_a
     # Prepare: both trials past their first recorded checkpoint (round 100)
     suite = write_suite(tmp_path)
     bench = Bench(tmp_path, bench_argv(tmp_path, suite, uri=server.uri))
-    bench.wait_for("s0: round 160/600")
-    bench.wait_for("s1: round 160/600")
+    bench.wait_for(f"s0: round 160/{ROUNDS}")
+    bench.wait_for(f"s1: round 160/{ROUNDS}")
     # Execute: kill the server; once the benchmark has stopped, restart it on the same store and rerun; rerun
     # again (nothing left to do), and tabulate through the server and from its SQLite file
     server.kill()
@@ -128,7 +128,7 @@ def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_a
     assert sorted(r["status"] for r in left) == ["RUNNING", "RUNNING"], left
     assert rerun.returncode == 0 and "2 to resume" in rerun.stdout, rerun.stdout + rerun.stderr
     found = server_runs(server.uri)
-    assert_finished_once(found, rounds=600)
+    assert_finished_once(found, rounds=ROUNDS)
     assert all(int(r["tags"]["resumed_from_round"]) >= 100 for r in found), [r["tags"] for r in found]
     assert not list((tmp_path / "ray").rglob("checkpoint_*"))
     # the second rerun skips both; the leaderboard read through the server is the one read from its store file
