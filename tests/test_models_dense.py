@@ -64,6 +64,34 @@ def test_batched_backend_takes_the_dense_step_and_agrees_with_vmap_in_float32():
     torch.testing.assert_close(grad, vmap_grad, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("batched", [True, False])
+def test_descend_takes_one_sgd_step_in_place_with_each_clients_step_size(batched):
+    # Prepare: float64 (any summation order agrees); client 2 takes no step this time (step size 0)
+    model = mlp_model(torch.float64)
+    params = model.flatten().expand(3, -1) + 0.1 * torch.randn(3, model.dim, dtype=torch.float64)
+    batch, scale = tiny_batch(torch.float64), torch.tensor([0.5, 0.1, 0.0], dtype=torch.float64)
+    expected_value, grad = per_client_autograd(model, params, batch)
+    expected = params - scale[:, None] * grad
+    stepped = params.clone()
+    # Execute: the batched backend takes the dense step, layer by layer; the sequential one grad + addcmul_
+    value = Backend(model, batched=batched).descend_(stepped, batch, scale)
+    # Assert
+    torch.testing.assert_close(value, expected_value, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(stepped, expected, rtol=1e-12, atol=1e-14)
+    assert torch.equal(stepped[2], params[2]) and not torch.equal(stepped[0], params[0])
+
+
+def test_descend_in_float32_matches_grad_then_addcmul():
+    model = mlp_model()
+    params = model.flatten().expand(3, -1) + 0.1 * torch.randn(3, model.dim)
+    batch, scale, backend = tiny_batch(), torch.tensor([0.5, 0.1, 0.0]), Backend(model, batched=True)
+    _, grad = backend.grad(params, batch)
+    stepped = params.clone()
+    backend.descend_(stepped, batch, scale)
+    # the same elementwise update on the same gradients: equal up to float32 rounding on any CPU
+    torch.testing.assert_close(stepped, params.addcmul(scale[:, None], grad, value=-1.0), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("module, task, expected", [
     (nn.Sequential(nn.Flatten(), nn.Linear(4, 3)), "classification", ((3, 4),)),
     (nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2)), "classification", ((3, 4), (2, 3))),

@@ -81,13 +81,12 @@ class Method:
 
     def local_step(self, local: dict, batch: Batch, ctx: StepContext) -> dict[str, torch.Tensor]:
         # local["w"] belongs to this round alone (local_init clones it), so the hot path may update it in place
-        _, g = ctx.backend.grad(local["w"], batch)
-        local["w"].addcmul_((ctx.lr * batch.active)[:, None], g, value=-1.0)
+        ctx.backend.descend_(local["w"], batch, ctx.lr * batch.active)
         return local
 
     def local_result(self, local: dict, w: torch.Tensor, clients: dict, ids: torch.Tensor):
         """(updates [n, d] sent to the server, new per-client state)."""
-        return local["w"] - w, clients
+        return local["w"].sub_(w), clients  # in place: local["w"] belongs to this round (local_init clones it)
 
     def server_step(self, w: torch.Tensor, clients: dict, updates: torch.Tensor, info: ServerInfo,
                     aggregate: Aggregate) -> tuple[torch.Tensor, dict]:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import grad_and_value, vmap
 
 from fedarena.models.batch import Batch
-from fedarena.models.dense import dense_grad
+from fedarena.models.dense import dense_descend_, dense_grad
 from fedarena.models.functional import FlatModel
 
 EVAL_SALT = 0x5BD1E995  # decorrelates a step's evaluation masks from its training masks
@@ -53,6 +53,17 @@ class Backend:
         if key is None:
             return self.grad_of(self.model.loss, params, batch)
         return self.grad_of(partial(self.model.loss, key=key), params, batch, with_ids=True)
+
+    def descend_(self, params: torch.Tensor, batch: Batch, scale: torch.Tensor) -> torch.Tensor:
+        """One SGD step in place, ``params -= scale[:, None] * gradient`` (``scale`` [n]: each client's step
+        size); returns the loss [n]. The same numbers as ``grad`` then ``addcmul_``, without the [n, d]
+        gradient where the dense step computes it layer by layer."""
+        if self.dropout_key() is None and self.batched and self.model.dense is not None and \
+                self.model.dense.fits(batch.x):
+            return dense_descend_(self.model.dense, params, batch.x, batch.y, batch.mask, scale)
+        value, g = self.grad(params, batch)
+        params.addcmul_(scale[:, None], g, value=-1.0)
+        return value
 
     def grad_of(self, loss_fn: Callable[..., torch.Tensor], params: torch.Tensor, batch: Batch,
                 *extra: torch.Tensor, with_ids: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,6 +49,24 @@ def dense_grad(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.
                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-client masked mean cross-entropy [n] and its gradient [n, d] for parameters ``params`` [n, d]
     (each layer's weight then bias, as ``FlatModel`` flattens them) on minibatches x [n, B, ...]."""
+    value, grads = dense_layer_grads(plan, params, x, y, mask)
+    return value, torch.cat(grads, 1)
+
+
+def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+                   scale: torch.Tensor) -> torch.Tensor:
+    """One SGD step in place, ``params -= scale[:, None] * gradient``, as ``addcmul_`` on the flat gradient
+    computes it element by element, but layer by layer (no [n, d] gradient is assembled); returns the loss [n]."""
+    value, grads = dense_layer_grads(plan, params, x, y, mask)
+    for chunk, g in zip(torch.split(params, [g.shape[1] for g in grads], dim=1), grads, strict=True):
+        chunk.addcmul_(scale[:, None], g, value=-1.0)
+    return value
+
+
+def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                      mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Per-client masked mean cross-entropy [n] and the gradient of each of ``params``' chunks (each layer's
+    weight then bias, as ``FlatModel`` flattens them), each [n, size], on minibatches x [n, B, ...]."""
     n, batch = x.shape[:2]
     weights, biases = _layers(plan, params)
     inputs, pre = [x.reshape(n, batch, -1)], []
@@ -69,7 +87,7 @@ def dense_grad(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.
         grads += [dz.sum(1), torch.bmm(dz.transpose(1, 2), inputs[i])]
         if i > 0:
             dz = torch.ops.aten.threshold_backward(torch.bmm(dz, weights[i]), inputs[i], 0)
-    return value, torch.cat([g.reshape(n, -1) for g in reversed(grads)], 1)
+    return value, [g.reshape(n, -1) for g in reversed(grads)]
 
 
 def _layers(plan: DensePlan, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
