@@ -61,6 +61,16 @@ def test_median_of_even_count_averages_the_middle_pair():
     expect(run("median", updates), (2.0, 5.5))
 
 
+@pytest.mark.parametrize("count", [3, 4])
+def test_median_is_nan_in_a_coordinate_holding_a_nan_and_exact_with_infinities(count):
+    # Prepare: coordinate 0 holds a NaN (a diverged client); coordinate 1 two infinities around an honest pair
+    rows = [[float("nan"), float("inf")], [1.0, 2.0], [2.0, 3.0], [3.0, -float("inf")]][:count]
+    # Execute
+    median = run("median", torch.tensor(rows, dtype=torch.float64))
+    # Assert: NaN propagates as torch.median does (a sort would put it last and hide it); then the middle
+    assert math.isnan(median[0]) and median[1] == (3.0 if count == 3 else 2.5)
+
+
 def test_trimmed_mean_drops_f_at_each_end_per_coordinate():
     updates, _, _ = round_of_seven()
     expect(run("trimmed_mean", updates, f=2), (1.0, 3.5 / 3))
