@@ -47,9 +47,9 @@ class Backend:
 
     def grad(self, params: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client masked mean loss [n] and its gradient [n, d] (with the step's dropout, if keyed)."""
-        key = self.dropout_key()
-        if key is None and self.batched and self.model.dense is not None and self.model.dense.fits(batch.x):
+        if self._takes_dense_step(batch):
             return dense_grad(self.model.dense, params, batch.x, batch.y, batch.mask)
+        key = self.dropout_key()
         if key is None:
             return self.grad_of(self.model.loss, params, batch)
         return self.grad_of(partial(self.model.loss, key=key), params, batch, with_ids=True)
@@ -58,12 +58,16 @@ class Backend:
         """One SGD step in place, ``params -= scale[:, None] * gradient`` (``scale`` [n]: each client's step
         size); returns the loss [n]. The same numbers as ``grad`` then ``addcmul_``, without the [n, d]
         gradient where the dense step computes it layer by layer."""
-        if self.dropout_key() is None and self.batched and self.model.dense is not None and \
-                self.model.dense.fits(batch.x):
+        if self._takes_dense_step(batch):
             return dense_descend_(self.model.dense, params, batch.x, batch.y, batch.mask, scale)
         value, g = self.grad(params, batch)
         params.addcmul_(scale[:, None], g, value=-1.0)
         return value
+
+    def _takes_dense_step(self, batch: Batch) -> bool:
+        """Whether this step trains through ``models.dense`` (a batched plain MLP without dropout)."""
+        return self.dropout_key() is None and self.batched and self.model.dense is not None and \
+            self.model.dense.fits(batch.x)
 
     def grad_of(self, loss_fn: Callable[..., torch.Tensor], params: torch.Tensor, batch: Batch,
                 *extra: torch.Tensor, with_ids: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
