@@ -23,6 +23,11 @@ class DensePlan:
     shapes: tuple[tuple[int, int], ...]
     flattens: bool  # a leading Flatten: a sample's features are all its dimensions (else its last one)
 
+    @property
+    def chunk_sizes(self) -> list[int]:
+        """The lengths of the flat parameters' chunks: each layer's weight, then its bias."""
+        return [size for out, inp in self.shapes for size in (out * inp, out)]
+
     def fits(self, x: torch.Tensor) -> bool:
         """Whether minibatches x [n, B, ...] are what this step computes on (without a Flatten, Linear acts
         on the last dimension alone, which only [n, B, features] matches)."""
@@ -58,7 +63,7 @@ def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: to
     """One SGD step in place, ``params -= scale[:, None] * gradient``, as ``addcmul_`` on the flat gradient
     computes it element by element, but layer by layer (no [n, d] gradient is assembled); returns the loss [n]."""
     value, grads = dense_layer_grads(plan, params, x, y, mask)
-    for chunk, g in zip(torch.split(params, [g.shape[1] for g in grads], dim=1), grads, strict=True):
+    for chunk, g in zip(torch.split(params, plan.chunk_sizes, dim=1), grads, strict=True):
         chunk.addcmul_(scale[:, None], g, value=-1.0)
     return value
 
@@ -91,7 +96,6 @@ def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y:
 
 
 def _layers(plan: DensePlan, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    sizes = [s for out, inp in plan.shapes for s in (out * inp, out)]
-    chunks = torch.split(params, sizes, dim=1)
+    chunks = torch.split(params, plan.chunk_sizes, dim=1)
     weights = [c.view(-1, out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)]
     return weights, list(chunks[1::2])
