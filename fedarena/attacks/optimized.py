@@ -60,27 +60,33 @@ def largest_gamma(fits: Callable[[float], bool], gamma_init: float, tol: float) 
     return found
 
 
-def min_max_fits(honest: torch.Tensor, candidate: torch.Tensor) -> bool:
+# fits(honest) -> (m -> bool): whether a candidate m passes the attack's test; what depends on the honest
+# updates alone (the bound) is computed once per round, not once per candidate
+Fits = Callable[[torch.Tensor], Callable[[torch.Tensor], bool]]
+
+
+def min_max_fits(honest: torch.Tensor) -> Callable[[torch.Tensor], bool]:
     """max_i ||m - g_i|| <= max_{i,j} ||g_i - g_j||."""
-    return bool(torch.cdist(candidate[None], honest).max() <= torch.cdist(honest, honest).max())
+    bound = torch.cdist(honest, honest).max()
+    return lambda candidate: bool(torch.cdist(candidate[None], honest).max() <= bound)
 
 
-def score_fits(honest: torch.Tensor, candidate: torch.Tensor, bound: Callable[[torch.Tensor], torch.Tensor]) -> bool:
-    """Min-Sum's test: m's score sum_i ||m - g_i||^2 is at most ``bound`` of the honest scores
+def score_fits(honest: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], bool]:
+    """Min-Sum's test: m's score sum_i ||m - g_i||^2 is at most ``reduce`` of the honest scores
     sum_j ||g_i - g_j||^2."""
-    own = (torch.cdist(candidate[None], honest) ** 2).sum()
-    return bool(own <= bound((torch.cdist(honest, honest) ** 2).sum(1)))
+    bound = reduce((torch.cdist(honest, honest) ** 2).sum(1))
+    return lambda candidate: bool((torch.cdist(candidate[None], honest) ** 2).sum() <= bound)
 
 
-def min_sum_fits(honest: torch.Tensor, candidate: torch.Tensor) -> bool:
+def min_sum_fits(honest: torch.Tensor) -> Callable[[torch.Tensor], bool]:
     """The paper's condition (Section 4, Min-Sum): sum_i ||m - g_i||^2 <= max_i sum_j ||g_i - g_j||^2."""
-    return score_fits(honest, candidate, torch.max)
+    return score_fits(honest, torch.max)
 
 
-def min_sum_fits_reference(honest: torch.Tensor, candidate: torch.Tensor) -> bool:
+def min_sum_fits_reference(honest: torch.Tensor) -> Callable[[torch.Tensor], bool]:
     """The authors' notebooks' condition (``our_attack_score``, every copy): sum_i ||m - g_i||^2 <=
     min_i sum_j ||g_i - g_j||^2, the smallest honest score: a stricter bound, so a smaller gamma."""
-    return score_fits(honest, candidate, torch.min)
+    return score_fits(honest, torch.min)
 
 
 # gamma_init of the authors' notebooks: 10 in the CIFAR-10 ones, 50 in the FEMNIST ones; 10 elsewhere
@@ -95,12 +101,13 @@ def gamma_start(name: str, dataset: FederatedDataset, gamma_init: float | None) 
     return positive(name, "gamma_init", gamma_init)
 
 
-def agr_agnostic_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, fits, direction: str,
+def agr_agnostic_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, fits: Fits, direction: str,
                          knowledge: str, gamma_init: float, tol: float) -> torch.Tensor:
     """Every malicious device sends m = mean + gamma grad_p with the largest gamma that ``fits``."""
     honest = reference_rows(updates, bad, knowledge).double()
     mean, push = honest.mean(0), perturbation(honest, direction)
-    gamma = largest_gamma(lambda g: fits(honest, mean + g * push), gamma_init, tol)
+    passes = fits(honest)
+    gamma = largest_gamma(lambda g: passes(mean + g * push), gamma_init, tol)
     out = updates.clone()
     out[bad] = (mean + gamma * push).to(updates.dtype)
     return out
@@ -133,7 +140,7 @@ def knowledge_effect(dataset: FederatedDataset, tamper, knowledge: str, **more) 
     return Effect(dataset, tamper=tamper, needs_benign=knowledge == "benign_strict", **more)
 
 
-def _agr_agnostic(name: str, fits, dataset: FederatedDataset, direction: str, knowledge: str,
+def _agr_agnostic(name: str, fits: Fits, dataset: FederatedDataset, direction: str, knowledge: str,
                   gamma_init: float | None, tol: float) -> Effect:
     tamper = partial(agr_agnostic_updates, fits=fits, direction=choice(name, "direction", direction, DIRECTIONS),
                      knowledge=_knowledge(name, knowledge), gamma_init=gamma_start(name, dataset, gamma_init),
