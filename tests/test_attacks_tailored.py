@@ -143,6 +143,38 @@ def test_tailored_median_reference_mode_is_the_notebooks_search(rule):
     assert expected > 0 and got == pytest.approx(expected, abs=1e-6)
 
 
+def test_merging_m_into_the_sorted_honest_rows_gives_the_sorted_rounds_rows():
+    # Prepare: 3 honest values per column, m sent by 2 attackers (one column ties m with an honest value)
+    from fedarena.attacks.tailored import merged_rows
+    ordered = torch.tensor([[1.0, -3.0], [2.0, 0.5], [4.0, 0.5]], dtype=torch.float64)
+    m = torch.tensor([3.0, 0.5], dtype=torch.float64)
+    # Execute: every position of the 5 sorted values
+    rows = merged_rows(ordered, m, 2, range(5))
+    # Assert: column 0 sorts to 1, 2, 3, 3, 4; column 1 to -3, 0.5, 0.5, 0.5, 0.5
+    assert rows.T.tolist() == [[1.0, 2.0, 3.0, 3.0, 4.0], [-3.0, 0.5, 0.5, 0.5, 0.5]]
+
+
+@pytest.mark.parametrize("rule", ["median", "trimmed_mean"])
+def test_the_searchs_rule_output_is_the_rule_on_the_whole_round(rule):
+    # Prepare: rounds of 1-13 updates with ties, infinities and NaN, any number of attackers
+    from fedarena.attacks.base import with_rows
+    from fedarena.attacks.tailored import spread, spread_of
+    gen = torch.Generator().manual_seed(0)
+    for case in range(150):
+        n, d = int(torch.randint(1, 14, (1,), generator=gen)), int(torch.randint(1, 40, (1,), generator=gen))
+        bad = torch.randperm(n, generator=gen) < int(torch.randint(1, n + 1, (1,), generator=gen))
+        x = torch.round(2 * torch.randn(n, d, generator=gen, dtype=torch.float64)) / 2
+        x[torch.rand(n, d, generator=gen) < (0.05 if case % 5 == 0 else 0.0)] = float("nan")
+        x[torch.rand(n, d, generator=gen) < (0.05 if case % 7 == 0 else 0.0)] = float("inf")
+        output = spread_of(rule, x, bad)
+        for m in (torch.round(2 * torch.randn(d, generator=gen, dtype=torch.float64)) / 2, x[0].clone()):
+            # Execute: the merged output and the rule on the whole round with m in the attackers' rows
+            got, expected = output(m), spread(rule, with_rows(x, bad, m), int(bad.sum()))
+            # Assert: the same values, NaN where a NaN is
+            assert torch.equal(got.isnan(), expected.isnan())
+            assert torch.equal(got.nan_to_num(7.0), expected.nan_to_num(7.0))
+
+
 def test_tailored_bulyan_paper_mode_keeps_every_attacker_in_bulyans_selection():
     # Prepare: 8 honest, 1 attacker: Bulyan (n = 9 >= 4f + 3) picks n - 2f = 7 by iterated Krum
     updates, bad = round_of(spiky(8), 1)

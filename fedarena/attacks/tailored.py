@@ -116,6 +116,44 @@ def spread(rule: str, updates: torch.Tensor, f: int) -> torch.Tensor:
     return updates.sort(dim=0).values[f : n - f].mean(0)
 
 
+def merged_rows(ordered: torch.Tensor, m: torch.Tensor, copies: int, positions: range) -> torch.Tensor:
+    """Rows ``positions`` of the column-wise sort of the honest rows (``ordered``: already sorted, [k, d]) together
+    with ``copies`` rows equal to m [d]: the values a sort of all of them puts there (tied values are equal, so
+    their order changes no value), found by counting, per column, the honest values below m. No NaN allowed."""
+    k = ordered.shape[0]
+    below = (ordered < m).sum(0)
+    rows = [torch.where(p < below, ordered[min(p, k - 1)],
+                        torch.where(p < below + copies, m, ordered[max(p - copies, 0)])) for p in positions]
+    return torch.stack(rows)
+
+
+def spread_of(rule: str, work: torch.Tensor, bad: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """m -> ``spread(rule, work with its bad rows replaced by m, f)``, the same values: the honest rows are sorted
+    once per round and each m merged into them (``merged_rows``), instead of sorting every candidate round.
+    Where a NaN is among the values, the sort of the whole."""
+    n, f = work.shape[0], int(bad.sum())
+    honest = work[~bad]
+
+    def whole(m: torch.Tensor) -> torch.Tensor:
+        return spread(rule, with_rows(work, bad, m), f)
+
+    if honest.shape[0] == 0 or bool(honest.isnan().any()):
+        return whole
+    ordered = honest.sort(dim=0).values
+    median = rule == "median" or 2 * f >= n
+    positions = range((n - 1) // 2, n // 2 + 1) if median else range(f, n - f)
+
+    def merged(m: torch.Tensor) -> torch.Tensor:
+        if bool(m.isnan().any()):
+            return whole(m)
+        rows = merged_rows(ordered, m, f, positions)
+        if not median:
+            return rows.mean(0)
+        return rows[0] if n % 2 else (rows[0] + rows[1]) / 2
+
+    return merged
+
+
 def notebook_deviation_gamma(deviation: Callable[[float], float], gamma_init: float, tol: float) -> float:
     """``our_attack_median`` / ``our_attack_trmean``'s search: the halving search in which gamma counts as a
     success when the deviation it gives exceeds that of the previous step (-1 before the first)."""
@@ -150,10 +188,11 @@ def spread_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generato
                    direction: str, knowledge: str, gamma_init: float, tol: float) -> torch.Tensor:
     """m = mean + gamma p with the gamma that moves the rule's output farthest from the honest mean."""
     honest = reference_rows(updates, bad, knowledge).double()
-    mean, push, work, f = honest.mean(0), perturbation(honest, direction), updates.double(), int(bad.sum())
+    mean, push = honest.mean(0), perturbation(honest, direction)
+    rule_output = spread_of(rule, updates.double(), bad)
 
     def deviation(gamma: float) -> float:
-        return float((spread(rule, with_rows(work, bad, mean + gamma * push), f) - mean).norm())
+        return float((rule_output(mean + gamma * push) - mean).norm())
 
     search = notebook_deviation_gamma if mode == "reference" else best_deviation_gamma
     return with_rows(updates, bad, mean + search(deviation, gamma_init, tol) * push)
