@@ -79,6 +79,17 @@ def test_fingerprint_stable_for_a_seed_and_different_across_seeds():
     assert a.fingerprint == b.fingerprint != c.fingerprint
 
 
+def test_a_trial_writing_to_its_digits_tensors_changes_no_later_build():
+    # Prepare: one build, whose tensors a trial then overwrites
+    first = build_dataset("digits", {}, np.random.default_rng(0))
+    kept = first.clients[0].train.x.clone()
+    first.clients[0].train.x.add_(1.0)
+    # Execute
+    again = build_dataset("digits", {}, np.random.default_rng(0))
+    # Assert: the same samples as before the write
+    assert torch.equal(again.clients[0].train.x, kept)
+
+
 def test_digits_clients_have_disjoint_splits():
     ds = build_dataset("digits", {"num_clients": 10}, np.random.default_rng(0))
     assert ds.num_clients == 10 and ds.input_shape == (64,) and ds.num_classes == 10

@@ -5,6 +5,8 @@ They need no download, so the tests and the ``smoke``/``quick`` scales run anywh
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 
@@ -40,17 +42,28 @@ def digits(
 
     Default partition: Ditto's Fashion-MNIST recipe scaled down (5 classes per client, lognormal sizes).
     """
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    x = torch.tensor(standardize(bunch.data.astype(np.float32)), dtype=torch.float32)
-    y = torch.tensor(bunch.target, dtype=torch.long)
+    features, labels = digits_arrays()
+    x = torch.tensor(features, dtype=torch.float32)
+    y = torch.tensor(labels, dtype=torch.long)
     options = {"min_size": 20} if partition == "k_classes" else {}
     options.update(partition_options or {})
-    parts = partition_labels(bunch.target, num_clients, rng, partition, options)
+    parts = partition_labels(labels, num_clients, rng, partition, options)
     source = f"sklearn.load_digits|{partition}|{sorted(options.items())}"
     return from_partition("digits", x, y, parts, rng, num_classes=10, source=source,
                           meta={"partition": partition, **options, "image_shape": (8, 8)})
+
+
+@lru_cache(maxsize=1)
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The standardised digit images [1797, 64] and their labels, read-only: parsed once per process (a
+    benchmark worker builds hundreds of digits trials; scikit-learn parses its CSV file on every load)."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    features, labels = standardize(bunch.data.astype(np.float32)), bunch.target
+    features.setflags(write=False)
+    labels.setflags(write=False)
+    return features, labels
 
 
 @register_dataset("synthetic", model="logreg")
