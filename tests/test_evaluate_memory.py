@@ -161,3 +161,19 @@ def test_one_shared_model_in_budgeted_passes_scores_as_in_one_pass(monkeypatch):
     # on some CPUs; float32_bounds), no sample near a tie; the working set stays within the budget (+ the counts)
     assert assert_counts_agree([passes, whole], model, params, pooled, 3) == 0
     assert meter.peak <= evaluate_module.SHARED_EVAL_BYTES + 8 * (2 * 40 * 3 + 40)
+
+
+def test_models_of_one_architecture_share_their_measured_vmap_costs(monkeypatch):
+    # Prepare: count the meta-device traces; two models built alike (other seeds), one of another width
+    traces = []
+    real_trace = evaluate_module._traced_bytes
+    monkeypatch.setattr(evaluate_module, "_traced_bytes", lambda *args: traces.append(args[0]) or real_trace(*args))
+    monkeypatch.setattr(evaluate_module, "_COSTS", {})
+    pooled = tiny_pooled([3, 4], features=4)
+    first, second = (build_model("mlp", {"hidden": [6]}, (4,), 3, "classification", s, CPU)[0] for s in (1, 2))
+    other = tiny_mlp(hidden=7)
+    # Execute
+    costs = [vmap_costs(m, torch.zeros(m.dim), pooled, 3, None) for m in (first, second, other)]
+    # Assert: the second model reuses the first one's three traces; the wider one is measured anew, and costs more
+    assert traces == [first] * 3 + [other] * 3
+    assert costs[1] == costs[0] and costs[2].per_sample > costs[0].per_sample

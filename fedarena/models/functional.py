@@ -7,6 +7,7 @@ so the same loss serves one client (plain autograd) or many at once (``vmap``).
 
 from __future__ import annotations
 
+import json
 import math
 
 import torch
@@ -24,11 +25,14 @@ TASKS = ("classification", "binary_pm1", "regression", "multilabel")  # multilab
 class FlatModel:
     """Names, shapes and the loss of one architecture; parameters live outside, as flat vectors."""
 
-    def __init__(self, module: nn.Module, task: str):
+    def __init__(self, module: nn.Module, task: str, architecture: tuple | None = None):
         if task not in TASKS:
             raise ConfigError(f"unknown task {task!r}; available: {', '.join(TASKS)}")
         self.module = module
         self.task = task
+        # what the module was built from (model section, input shape, classes, task): equal keys, equal
+        # architectures, so what is measured of one (evaluation's vmap costs) holds for the other; None: unknown
+        self.architecture = architecture
         params = dict(module.named_parameters())
         self.names = list(params)
         self.shapes = [p.shape for p in params.values()]
@@ -152,5 +156,6 @@ def model_from(resolved: dict, input_shape: tuple[int, ...], num_classes: int, t
         torch.manual_seed(seed)
         module = builder(tuple(input_shape), num_classes, **kwargs)
     module = module.to(device)
-    model = FlatModel(module, task)
+    architecture = (json.dumps(resolved, sort_keys=True, default=str), tuple(input_shape), num_classes, task)
+    model = FlatModel(module, task, architecture)
     return model, model.flatten()

@@ -31,7 +31,10 @@ SHARED_EVAL_BYTES = 2**28
 # still holds ~80 of the CNN's 13 MB rows or ~1,400 of its padded samples, enough to keep a GPU busy.
 EVAL_BYTES = 2**30
 INDEX_BYTES = 9  # per padded sample, made before the traced part of a vmap call: padded_index's int64 and bool
-_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {input/param layout: vmap_costs}
+# {input/param layout: vmap_costs} per architecture (FlatModel.architecture: shared by a worker's trials of one
+# model), or per model object where its architecture is unknown
+_COSTS: dict[tuple, dict] = {}
+_MODEL_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _accumulate(model: FlatModel, out: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, weight: torch.Tensor,
@@ -156,13 +159,14 @@ class VmapCosts(NamedTuple):
 
 
 def vmap_costs(model: FlatModel, params: torch.Tensor, pooled: Pooled, classes: int, key: int | None) -> VmapCosts:
-    """Measured once per model and layout: the bytes of every storage one chunk's vmap call allocates (input
+    """Measured once per architecture and layout: the bytes of every storage one chunk's vmap call allocates (input
     gather, forward, loss, counts), traced on the meta device (no memory, no compute) for 2 and 3 clients of 2
     and 3 samples (a single client or sample takes cheaper paths: conv skips its clones); a sum over all ops,
     not their peak, so an upper bound."""
     layout = (tuple(pooled.x.shape[1:]), pooled.x.dtype, tuple(pooled.y.shape[1:]), pooled.y.dtype, params.dtype,
               classes, key is not None)
-    cache = _COSTS.setdefault(model, {})
+    cache = _MODEL_COSTS.setdefault(model, {}) if model.architecture is None else \
+        _COSTS.setdefault(model.architecture, {})
     if layout not in cache:
         base = _traced_bytes(model, layout, 2, 2)
         per_sample = max(_traced_bytes(model, layout, 2, 3) - base, 0) // 2
