@@ -54,15 +54,14 @@ class Backend:
             return self.grad_of(self.model.loss, params, batch)
         return self.grad_of(partial(self.model.loss, key=key), params, batch, with_ids=True)
 
-    def descend_(self, params: torch.Tensor, batch: Batch, scale: torch.Tensor) -> torch.Tensor:
+    def descend_(self, params: torch.Tensor, batch: Batch, scale: torch.Tensor) -> None:
         """One SGD step in place, ``params -= scale[:, None] * gradient`` (``scale`` [n]: each client's step
-        size); returns the loss [n]. The same numbers as ``grad`` then ``addcmul_``, without the [n, d]
-        gradient where the dense step computes it layer by layer."""
+        size). The same numbers as ``grad`` then ``addcmul_``, without the [n, d] gradient where the dense
+        step computes it layer by layer, and without the loss value it does not need."""
         if self._takes_dense_step(batch):
-            return dense_descend_(self.model.dense, params, batch.x, batch.y, batch.mask, scale)
-        value, g = self.grad(params, batch)
-        params.addcmul_(scale[:, None], g, value=-1.0)
-        return value
+            dense_descend_(self.model.dense, params, batch.x, batch.y, batch.mask, scale)
+            return
+        params.addcmul_(scale[:, None], self.grad(params, batch)[1], value=-1.0)
 
     def _takes_dense_step(self, batch: Batch) -> bool:
         """Whether this step trains through ``models.dense`` (a batched plain MLP without dropout)."""

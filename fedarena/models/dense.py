@@ -59,19 +59,19 @@ def dense_grad(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.
 
 
 def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
-                   scale: torch.Tensor) -> torch.Tensor:
+                   scale: torch.Tensor) -> None:
     """One SGD step in place, ``params -= scale[:, None] * gradient``, as ``addcmul_`` on the flat gradient
-    computes it element by element, but layer by layer (no [n, d] gradient is assembled); returns the loss [n]."""
-    value, grads = dense_layer_grads(plan, params, x, y, mask)
+    computes it element by element, but layer by layer (no [n, d] gradient is assembled; no loss value)."""
+    _, grads = dense_layer_grads(plan, params, x, y, mask, with_value=False)
     for chunk, g in zip(torch.split(params, plan.chunk_sizes, dim=1), grads, strict=True):
         chunk.addcmul_(scale[:, None], g, value=-1.0)
-    return value
 
 
-def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                      mask: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Per-client masked mean cross-entropy [n] and the gradient of each of ``params``' chunks (each layer's
-    weight then bias, as ``FlatModel`` flattens them), each [n, size], on minibatches x [n, B, ...]."""
+def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+                      with_value: bool = True) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """Per-client masked mean cross-entropy [n] (None unless ``with_value``) and the gradient of each of
+    ``params``' chunks (each layer's weight then bias, as ``FlatModel`` flattens them), each [n, size], on
+    minibatches x [n, B, ...]."""
     n, batch = x.shape[:2]
     weights, biases = _layers(plan, params)
     inputs, pre = [x.reshape(n, batch, -1)], []
@@ -82,8 +82,10 @@ def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y:
             inputs.append(torch.relu(z))
     log_probs = torch.log_softmax(pre[-1], -1)
     count = mask.sum(1).clamp_min(1)
-    nll = -log_probs.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-    value = (nll * mask).sum(1) / count
+    value = None
+    if with_value:  # a plain SGD step (``dense_descend_``) does not read it
+        nll = -log_probs.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        value = (nll * mask).sum(1) / count
     d_nll = (1 / count)[:, None] * mask  # the mean's backward, as autograd forms it
     d_log_probs = torch.zeros_like(log_probs).scatter_(-1, y.unsqueeze(-1), -1.0) * d_nll.unsqueeze(-1)
     dz = torch._log_softmax_backward_data(d_log_probs, log_probs, -1, log_probs.dtype)
