@@ -96,8 +96,10 @@ class ExperimentConfig:
         """Dotted key -> value (e.g. ``method.lam``), the form logged as MLflow params."""
         return flatten(self.to_dict())
 
-    def hash(self, exclude: tuple[str, ...] = ()) -> str:
-        """Identity of the resolved config (sha256 of its canonical JSON), optionally without some keys."""
+    def legacy_hash(self, exclude: tuple[str, ...] = ()) -> str:
+        """What a previous release recorded as the ``config_hash`` of this resolved config (sha256 of the canonical
+        JSON of every key), optionally without some keys: the key of its runs and checkpoints. A trial's
+        identity today is ``simulation.identity.trial_identity``."""
         items = {k: v for k, v in self.flat().items() if k not in exclude}
         blob = json.dumps(items, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -100,6 +100,16 @@ def _coerce_list(what: str, value: Any, default: tuple) -> tuple:
     return tuple(value)
 
 
+@dataclass(frozen=True)
+class TrialFacts:
+    """What is known of a trial before its data is loaded, for the values a component's null hyperparameters
+    stand for (``Registry.add``'s ``effective``): ``n`` updates a round and ``f``, the malicious ones the
+    server rule assumes (None where the number of devices is only known from the data)."""
+
+    n: int
+    f: int | None
+
+
 def _no_structure(section: Mapping[str, Any]) -> dict:
     return {}
 

@@ -8,6 +8,10 @@ Register with a decorator, get an error on duplicates, and a lookup error that l
     def median(updates, *, weights, losses, f): ...
 
     AGGREGATORS.get("medain")  # UnknownNameError: unknown aggregator 'medain'; available: krum, median, ...
+
+Every entry carries a version (``register("median", version=2)``; default 1), part of the identity of every
+trial that uses it (``simulation.identity``): bump it with any change that changes the entry's numbers, so
+that runs of the old behaviour are never taken for runs of the new one.
 """
 
 from __future__ import annotations
@@ -28,24 +32,48 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
+class DuplicateNameError(ValueError):
+    """A name registered twice (two components, or a plugin naming a built-in one)."""
+
+
 class Registry(Generic[T]):
     """A name -> object mapping for one kind of component."""
 
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
+        self._versions: dict[str, int] = {}
+        self._effective: dict[str, dict[str, Callable]] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, *, version: int = 1, effective: dict[str, Callable] | None = None
+                 ) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
-            self.add(name, obj)
+            self.add(name, obj, version=version, effective=effective)
             return obj
 
         return decorator
 
-    def add(self, name: str, obj: T) -> None:
+    def add(self, name: str, obj: T, *, version: int = 1, effective: dict[str, Callable] | None = None) -> None:
+        """``effective``: for hyperparameters whose null default the entry resolves itself, key -> a function
+        of the trial's ``params.TrialFacts`` giving the value null stands for (None where the facts do not
+        tell), so that a trial giving that value explicitly has the same identity."""
         if name in self._entries:
-            raise ValueError(f"duplicate {self.kind} name {name!r}: it is already registered")
+            raise DuplicateNameError(f"duplicate {self.kind} name {name!r}: it is already registered")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"{self.kind} {name!r}: version must be a whole number >= 1, got {version!r}")
         self._entries[name] = obj
+        self._versions[name] = version
+        self._effective[name] = dict(effective or {})
+
+    def version(self, name: str) -> int:
+        """The entry's version (what a change of its numbers bumps)."""
+        self.get(name)
+        return self._versions[name]
+
+    def effective(self, name: str) -> dict[str, Callable]:
+        """The entry's null-default resolvers (see ``add``)."""
+        self.get(name)
+        return self._effective[name]
 
     def get(self, name: str) -> T:
         try:
@@ -62,6 +90,8 @@ class Registry(Generic[T]):
         """Unregister ``name`` (plugins and tests that register a component for a while)."""
         if name not in self._entries:
             raise UnknownNameError(self.unknown_message(name))
+        self._versions.pop(name, None)
+        self._effective.pop(name, None)
         return self._entries.pop(name)
 
     def names(self) -> list[str]:

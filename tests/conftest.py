@@ -20,6 +20,16 @@ def small_config():
     return make
 
 
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray of 2 CPUs, no dashboard, for one test module (started on first use)."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
     """Tiny models on 2 cores: intra-op threads only add contention (tests ran 10x slower under load)."""

@@ -10,26 +10,65 @@ from fedarena.bench.runner import checkpoint_spacing
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
 from fedarena.tracking.runs import RunSummary
+from fedarena.tracking.versions import RunIdentity
 
 
-def spec(config_hash: str) -> TrialSpec:
+def spec(config_hash: str, key: str = "", versions: dict | None = None) -> TrialSpec:
     return TrialSpec(ExperimentConfig(), "s", "quick", "global", "fmnist", "clean", 0.0, 0, config_hash, "cell",
-                     f"trial {config_hash}")
+                     f"trial {config_hash}", config_key=key or f"k{config_hash}", versions=versions or {"engine": 1})
+
+
+def stored(run_id: str, status: str, config_hash: str | None, start: int, tags: dict | None = None, key: str = "",
+           versions: dict | None = None, legacy: bool = False) -> RunSummary:
+    identity = RunIdentity(config_hash, key or (f"k{config_hash}" if config_hash else None),
+                           versions if versions is not None else ({"engine": 1} if config_hash else None), legacy)
+    return RunSummary(run_id, status, tags or {}, start, identity)
 
 
 def test_plan_skips_finished_resumes_unfinished_and_adds_new():
     # Prepare: a has a FINISHED run (and an older FAILED one); b only a FAILED run with a checkpoint
-    existing = {
-        "a": [RunSummary("ra2", "FINISHED", {}, 20), RunSummary("ra1", "FAILED", {}, 10)],
-        "b": [RunSummary("rb2", "KILLED", {"checkpoint": "/ck/b2"}, 30), RunSummary("rb1", "FAILED", {}, 5)],
-    }
+    own = [stored("rb2", "KILLED", "b", 30, {"checkpoint": "/ck/b2"}), stored("ra2", "FINISHED", "a", 20),
+           stored("ra1", "FAILED", "a", 10), stored("rb1", "FAILED", "b", 5)]
     # Execute
-    plan, skipped, _ = plan_trials([spec("a"), spec("b"), spec("c")], existing)
+    plan = plan_trials([spec("a"), spec("b"), spec("c")], own)
     # Assert: the newest unfinished run of b is continued from its checkpoint
-    assert skipped == 1
-    assert sorted(plan) == ["b", "c"]
-    assert (plan["b"].run_id, plan["b"].resume_from) == ("rb2", "/ck/b2")
-    assert (plan["c"].run_id, plan["c"].resume_from) == (None, None)
+    assert plan.skipped == 1
+    assert sorted(plan.pending) == ["b", "c"]
+    assert (plan.pending["b"].run_id, plan.pending["b"].resume_from) == ("rb2", "/ck/b2")
+    assert (plan.pending["c"].run_id, plan.pending["c"].resume_from) == (None, None)
+    assert plan.resumed == 1 and plan.stale == [] and plan.reuse == []
+
+
+def test_a_finished_run_at_other_versions_is_stale_and_its_trial_runs_again_saying_why():
+    # Prepare: the trial's values ran at aggregator/krum v1; today krum is v2 (another identity, the same key)
+    old = stored("r1", "FINISHED", "h-v1", 10, key="k", versions={"engine": 1, "aggregator/krum": 1})
+    today = spec("h-v2", key="k", versions={"engine": 1, "aggregator/krum": 2})
+    # Execute
+    plan = plan_trials([today, spec("other")], [old])
+    # Assert: exactly the affected trial is pending, with the stale run's reason
+    assert sorted(plan.pending) == ["h-v2", "other"] and plan.skipped == 0
+    assert [(s.config_hash, why) for s, _, why in plan.stale] == [("h-v2", "aggregator/krum v1 -> v2")]
+
+
+def test_a_trial_another_suite_finished_is_reused_not_run():
+    # Prepare: the identity finished in another suite's experiment; none in this one
+    elsewhere = {"h": stored("x1", "FINISHED", "h", 5, {"suite": "robustness"})}
+    # Execute
+    plan = plan_trials([spec("h"), spec("new")], [], elsewhere)
+    # Assert
+    assert [(s.config_hash, r.run_id) for s, r in plan.reuse] == [("h", "x1")]
+    assert sorted(plan.pending) == ["new"]
+
+
+def test_a_previous_release_run_is_resumed_with_its_checkpoint_and_legacy_hash():
+    # Prepare: an interrupted run a previous release wrote, of today's identity (version 1 everywhere)
+    legacy = stored("old", "KILLED", "h", 5, {"checkpoint": "/ck/old", "checkpoint_round": "40"}, legacy=True)
+    # Execute
+    plan = plan_trials([spec("h")], [legacy])
+    # Assert
+    planned = plan.pending["h"]
+    assert (planned.run_id, planned.resume_from, planned.resume_round, planned.resume_legacy) == (
+        "old", "/ck/old", 40, True)
 
 
 def test_auto_checkpoint_spacing_is_about_ten_per_trial_on_evaluation_rounds():

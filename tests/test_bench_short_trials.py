@@ -24,15 +24,6 @@ SUITE = {
 }
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def test_short_trials_log_every_round_at_their_end(ray_cluster, tmp_path):
     # Prepare
     path = tmp_path / "shortgrid.yaml"

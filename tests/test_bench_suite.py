@@ -11,6 +11,7 @@ from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchError, BenchOptions, run_bench
 from fedarena.bench.suite import SCALES, SuiteError
 from fedarena.cli import main
+from fedarena.simulation.identity import trial_identity
 from fedarena.suites import SUITES
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
@@ -95,7 +96,7 @@ def test_expand_resolves_configs_and_hashes_cells_without_seed(tmp_path):
     assert len({t.config_hash for t in trials}) == 4
     assert trials[0].cell_hash == trials[1].cell_hash != trials[2].cell_hash
     assert trials[2].config.method["dynamic_lam"] is False  # defaults filled in (resolved)
-    assert trials[0].config_hash == trials[0].config.hash()
+    assert trials[0].config_hash == trial_identity(trials[0].config).config_hash
 
 
 def test_expand_dataset_filter_and_seed_override(tmp_path):

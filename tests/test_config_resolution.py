@@ -34,4 +34,4 @@ def test_a_resolved_config_is_not_resolved_again(monkeypatch):
     resolved = resolve_config(ExperimentConfig.from_dict(RAW))
     seen = count_resolutions(monkeypatch)
     trial = build_trial(resolved)
-    assert seen == [] and resolve_config(resolved) is resolved and trial.cfg.hash() == resolved.hash()
+    assert seen == [] and resolve_config(resolved) is resolved and trial.cfg.legacy_hash() == resolved.legacy_hash()

@@ -89,9 +89,9 @@ def test_method_aliases_and_fedtilt_percent_at_any_level():
 def test_reproduction_table_shows_mixed_cells_without_numbers():
     frame = pd.DataFrame(
         [
-            {**cell("fmnist", "global", "clean", "0.0", 0.91, 0.08), "seed": s, "git_sha": sha, "status": "FINISHED",
-             "cell_hash": "h", "dataset_fingerprint": "fp", "run_id": f"r{s}"}
-            for s, sha in (("0", "aaa"), ("1", "bbb"))
+            {**cell("fmnist", "global", "clean", "0.0", 0.91, 0.08), "seed": s, "component_versions": v,
+             "status": "FINISHED", "cell_hash": "h", "dataset_fingerprint": "fp", "run_id": f"r{s}"}
+            for s, v in (("0", '{"engine": 1}'), ("1", '{"engine": 2}'))
         ]
     )  # fmt: skip
     table = reproduction_table(aggregate(normalize(frame)))
@@ -108,7 +108,7 @@ def test_reproduction_table_shows_mixed_cells_without_numbers():
         "–",
         "2",
     ]
-    assert "mixed: code versions (git_sha) aaa, bbb" in table.footnotes
+    assert "mixed: component versions engine 1, 2" in table.footnotes
 
 
 def test_no_matching_cell_gives_no_reproduction_table():

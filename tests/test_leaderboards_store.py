@@ -7,16 +7,18 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.errors import ConfigError
 from fedarena.leaderboards import LeaderboardError, build_leaderboards, read_runs
+from fedarena.leaderboards.build import suite_tables
 
 
-def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha="sha1"):
-    """One trial as the tracking schema logs it: params, tags, a metric history (step = round)."""
-    run = client.create_run(exp_id)
+def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha="sha1", versions='{"engine": 1}',
+              start=None):
+    """One trial as the tracking schema logs it: params, tags (its component versions), a metric history."""
+    run = client.create_run(exp_id, start_time=start)
     params = {"dataset.name": "fmnist", "method.name": method, "attack.name": "a1", "attack.level": "0.5",
               "aggregator.name": "mean", "seed": str(seed), "rounds": "3"}  # fmt: skip
     tags = {"suite": "robustness", "scale": "quick", "cell_hash": f"cell-{method}", "config_hash": f"{method}{seed}",
             "dataset_fingerprint": "fp1", "git_sha": sha, "method_label": method, "dataset_label": "fmnist",
-            "attack_label": "a1", "level": "0.5", "diverged": "false"}  # fmt: skip
+            "attack_label": "a1", "level": "0.5", "diverged": "false", "component_versions": versions}  # fmt: skip
     metrics = [Metric("acc_pooled", acc, 0, step) for step, acc in enumerate(accs)]
     metrics += [Metric("acc_std", std, 0, len(accs) - 1), Metric("diverged", 0.0, 0, len(accs) - 1)]
     client.log_batch(
@@ -33,7 +35,8 @@ def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """robustness: 3 finished runs (global x 2 seeds, ditto), 1 running, 1 failed; 'ablation' is empty;
-    'versions': two seeds of one cell run by different code versions; 'inflight': one running run."""
+    'versions': two seeds of one cell run at two versions of a component this process does not know (a plugin's
+    source, the newer one current); 'inflight': one running run."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
     client = MlflowClient(tracking_uri=uri)
     exp_id = client.create_experiment("robustness")
@@ -44,8 +47,10 @@ def store(tmp_path_factory):
     log_trial(client, exp_id, method="ditto", seed=1, accs=[0.1], std=0.5, status="RUNNING")
     log_trial(client, exp_id, method="ditto", seed=2, accs=[0.1], std=0.5, status="FAILED")
     versions = client.create_experiment("versions")
-    log_trial(client, versions, method="global", seed=0, accs=[0.84], std=0.09, sha="sha1")
-    log_trial(client, versions, method="global", seed=1, accs=[0.86], std=0.11, sha="sha2")
+    log_trial(client, versions, method="global", seed=0, accs=[0.84], std=0.09, sha="sha1", start=1000,
+              versions='{"aggregator/mine": "1+src:aa", "engine": 1}')
+    log_trial(client, versions, method="global", seed=1, accs=[0.86], std=0.11, sha="sha2", start=2000,
+              versions='{"aggregator/mine": "1+src:bb", "engine": 1}')
     log_trial(
         client,
         client.create_experiment("inflight"),
@@ -87,14 +92,15 @@ def test_build_leaderboards_writes_tables_reproduction_and_figures(store, tmp_pa
 
 
 @pytest.mark.slow  # the module's real MLflow store
-def test_a_new_code_version_is_not_mixed_into_a_cell(store, tmp_path):
+def test_a_run_of_an_older_component_version_is_left_out_not_mixed_into_a_cell(store, tmp_path):
     paths = build_leaderboards("versions", store, str(tmp_path / "out"), "csv", figures=False)
     full = pd.read_csv(tmp_path / "out" / "full.csv")
-    assert full[["mixed", "note"]].to_dict("records") == [
-        {"mixed": True, "note": "code versions (git_sha) sha1, sha2"}
-    ]
-    assert full["acc_pooled"].isna().all()
+    assert full[["mixed", "acc_pooled", "n_seeds"]].to_dict("records") == [
+        {"mixed": False, "acc_pooled": 0.86, "n_seeds": 1}]
     assert [p.suffix for p in paths] == [".csv"] * len(paths)
+    tables, _, _ = suite_tables("versions", store)
+    full_table = next(t for t in tables if t.name == "full")
+    assert "1 stale run(s), computed at other component versions than today's, are left out." in full_table.footnotes
 
 
 @pytest.mark.slow  # the module's real MLflow store

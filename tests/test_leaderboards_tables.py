@@ -19,8 +19,8 @@ def run(dataset, method, attack, level, seed, acc, std, **extra):
         run_id=f"{dataset}-{method}-{attack}-{level}-{seed}-{extra.get('start_time', 0)}",
         status="FINISHED", start_time=0, dataset_label=dataset, method_label=method, attack_label=attack,
         level=str(level), seed=str(seed), cell_hash=f"{dataset}/{method}/{attack}/{level}",
-        dataset_fingerprint="fp-a", git_sha="sha-a", scale="quick", diverged="false",
-        acc_pooled=acc, acc_std=std,
+        dataset_fingerprint="fp-a", git_sha="sha-a", component_versions='{"aggregator/mean": 1}', scale="quick",
+        diverged="false", acc_pooled=acc, acc_std=std,
     )  # fmt: skip
     row.update(extra)
     return row
@@ -96,7 +96,7 @@ def test_t_halfwidth_needs_two_values():
     ("key", "other", "words"),
     [
         ("dataset_fingerprint", "fp-b", "dataset fingerprints fp-a, fp-b"),
-        ("git_sha", "sha-b", "code versions (git_sha) sha-a, sha-b"),
+        ("component_versions", '{"aggregator/mean": 2}', "component versions aggregator/mean 1, 2"),
     ],
 )
 def test_runs_with_different_provenance_are_not_averaged(key, other, words):

@@ -63,7 +63,8 @@ def test_run_store_round_trip(tmp_path):
     result.write_text("client,accuracy\n0,0.5\n")
     # Execute
     run_id = store.open("global digits clean s0", {"rounds": "4", "method.name": "global"},
-                        {"config_hash": "abc", "diverged": False}, {"rounds": 4})
+                        {"config_hash": "abc", "component_versions": '{"engine": 1}', "diverged": False},
+                        {"rounds": 4})
     store.log_round(run_id, 2, {"acc_pooled": 0.25, "acc_malicious": math.nan, "round": 2})
     store.log_round(run_id, 4, {"acc_pooled": 0.75, "acc_malicious": math.nan})
     store.finish(run_id, "FINISHED", [result], {"diverged": True})
@@ -120,11 +121,13 @@ def test_reopen_marks_running_drops_the_error_and_returns_last_round(tmp_path):
 def test_identity_tags_follow_the_schema():
     # Prepare
     cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits"}, "attack": {"name": "a1", "level": 0.5}})
-    spec = TrialSpec(cfg, "robustness", "quick", "ditto", "digits", "a1", 0.5, 0, "h1", "c1", "ditto digits a1@0.5 s0")
+    spec = TrialSpec(cfg, "robustness", "quick", "ditto", "digits", "a1", 0.5, 0, "h1", "c1", "ditto digits a1@0.5 s0",
+                     config_key="k1", versions={"engine": 1, "method/ditto": 2})
     # Execute
     tags = identity_tags(spec, {"git_sha": "abc", "fedarena_version": "0.1.0", "torch_version": "2"})
     # Assert
-    assert tags == {"config_hash": "h1", "cell_hash": "c1", "suite": "robustness", "scale": "quick",
+    assert tags == {"config_hash": "h1", "config_key": "k1", "component_versions": '{"engine": 1, "method/ditto": 2}',
+                    "cell_hash": "c1", "suite": "robustness", "scale": "quick",
                     "method_label": "ditto", "dataset_label": "digits", "attack_label": "a1", "level": "0.5",
                     "diverged": "false", "dataset_name": "digits", "git_sha": "abc", "fedarena_version": "0.1.0",
                     "torch_version": "2"}

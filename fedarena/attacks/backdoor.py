@@ -190,7 +190,7 @@ def boosted_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generat
     return with_rows(updates, bad, rows)
 
 
-@ATTACKS.register("model_replacement")
+@ATTACKS.register("model_replacement", effective={"boost": lambda facts: float(facts.n)})
 def model_replacement(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                       target: int = 0, size: int = 3, position: str | list = "bottom_right",
                       value: float | None = None, poison_fraction: float = 0.5, boost: float | None = None,

@@ -52,6 +52,7 @@ class Planned:
     run_id: str | None = None
     resume_from: str | None = None
     resume_round: int | None = None  # the round of ``resume_from``
+    resume_legacy: bool = False  # the run a previous release started (its checkpoint carries that release's hash)
 
 
 @dataclass
@@ -72,7 +73,9 @@ class Active:
 
 def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
     """The schema's identity tags of a trial (``dataset_fingerprint`` follows with the first report)."""
-    tags = {"config_hash": spec.config_hash, "cell_hash": spec.cell_hash, "suite": spec.suite, "scale": spec.scale,
+    tags = {"config_hash": spec.config_hash, "config_key": spec.config_key,
+            "component_versions": json.dumps(spec.versions, sort_keys=True), "cell_hash": spec.cell_hash,
+            "suite": spec.suite, "scale": spec.scale,
             "method_label": spec.method_label, "dataset_label": spec.dataset_label,
             "attack_label": spec.attack_label, "level": str(spec.level), "diverged": "false",
             "dataset_name": spec.config.dataset["name"], **versions}

@@ -5,8 +5,10 @@ selects at, ``bench.select``) x attacks (each with its levels) x seeds, minus ``
 A trial's config is the merge, in this order, of: the config defaults, the suite's ``fixed``, the scale's
 ``fixed``, the dataset entry, the method entry, the attack entry (and its level), the seed, the device
 chosen by the runner, then every matching ``overrides`` rule. It is resolved (every component's defaults
-filled in) and hashed: ``config_hash`` is the trial's identity in the tracking store, ``cell_hash``
-(the hash without the seed) groups the seeds of one table cell.
+filled in) and identified (``simulation.identity``): ``config_hash`` is the trial's identity in the tracking
+store (the values it uses and the versions of its components), ``config_key`` the values alone (a run with
+the key but another hash is stale), ``cell_hash`` (the identity without the seed) groups the seeds of one
+table cell.
 
 Rules and a scale's ``methods`` subset name a method entry (every variant of a selected entry) or one
 variant by its own label (``ditto_best_lam_lam0.01``): e.g. a dataset that leaves out one candidate value.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fedarena.bench.select import variants
 from fedarena.bench.suite import Entry, Rule, Scale, Suite, SuiteError
@@ -25,6 +27,7 @@ from fedarena.datasets import DATASETS
 from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import check_planned_server_rule, resolve_config
+from fedarena.simulation.identity import trial_identity
 from fedarena.tracking.runs import run_name
 
 
@@ -72,6 +75,9 @@ class TrialSpec:
     select_group: str = ""
     select_by: str = ""
     variant: str = ""
+    config_key: str = ""
+    versions: dict = field(default_factory=dict)  # "kind/name" -> version of every component it uses
+    legacy_hash: str = ""  # what a previous release recorded as this trial's config_hash (its runs, checkpoints)
 
 
 def merge(data: dict, patch: dict) -> None:
@@ -159,10 +165,11 @@ def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple
             check_planned_server_rule(cfg)
         except (ConfigError, UnknownNameError) as err:
             raise SuiteError(f"{suite.path}: {where}: {err}") from None
-        method = combo.method
+        method, identity = combo.method, trial_identity(cfg)
         spec = TrialSpec(cfg, suite.name, scale, method.label, combo.dataset.label, combo.attack.label,
-                         combo.level, combo.seed, cfg.hash(), cfg.hash(exclude=("seed",)), combo.name,
-                         method.group, method.select.by if method.group else "", method.variant)
+                         combo.level, combo.seed, identity.config_hash, identity.cell_hash, combo.name,
+                         method.group, method.select.by if method.group else "", method.variant,
+                         identity.config_key, identity.versions, cfg.legacy_hash())
         if spec.config_hash in seen:
             raise SuiteError(f"{suite.path}: {where}: same config as trial '{seen[spec.config_hash]}'; give the "
                              f"entries different settings or drop one")

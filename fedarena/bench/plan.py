@@ -4,6 +4,7 @@ the storage can hold the checkpoints (``check_free_space``)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedarena.bench.callback import Planned
@@ -30,25 +31,70 @@ class BenchError(ConfigError):
     """The benchmark cannot start (resources, Ray, data, trials that cannot be built)."""
 
 
-def plan_trials(specs: list[TrialSpec], existing: dict[str, list[RunSummary]], retry_failed: bool = False
-                ) -> tuple[dict[str, Planned], int, list[tuple[TrialSpec, str]]]:
-    """(trials to run by config hash, number skipped because a FINISHED run exists, trials skipped because
-    their newest run failed permanently, with its error; ``retry_failed`` runs those again)."""
-    plan, skipped, failed = {}, 0, []
+@dataclass
+class Plan:
+    """What a benchmark does with each trial of its grid, decided by identity (``simulation.identity``)."""
+
+    pending: dict[str, Planned] = field(default_factory=dict)  # config hash -> trial to run (new or resumed)
+    skipped: int = 0  # a FINISHED run of its identity is in the suite's experiment
+    failed: list[tuple[TrialSpec, str]] = field(default_factory=list)  # newest run failed permanently: its error
+    reuse: list[tuple[TrialSpec, RunSummary]] = field(default_factory=list)  # finished in another suite: copied
+    stale: list[tuple[TrialSpec, RunSummary, str]] = field(default_factory=list)  # finished at other versions: why
+
+    @property
+    def resumed(self) -> int:
+        return sum(1 for p in self.pending.values() if p.run_id)
+
+
+def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[str, RunSummary] | None = None,
+                retry_failed: bool = False) -> Plan:
+    """Each trial against the suite's runs (``own``, newest first) and the other suites' finished ones
+    (``elsewhere``, by identity): skipped where a FINISHED run of its identity exists; reused where another
+    suite finished it; skipped with its error where its newest run failed permanently (``retry_failed``
+    runs it again); resumed from the newest unfinished run of its identity; else new. A FINISHED run with
+    the trial's values at other versions is stale: the trial runs anew and the plan says why."""
+    by_hash: dict[str, list[RunSummary]] = {}
+    finished_by_key: dict[str, RunSummary] = {}
+    for run in own:
+        if run.config_hash:
+            by_hash.setdefault(run.config_hash, []).append(run)
+        key = run.identity.config_key if run.identity is not None else None
+        if key and run.status == FINISHED:
+            finished_by_key.setdefault(key, run)
+    plan, elsewhere = Plan(), elsewhere or {}
     for spec in specs:
-        runs = existing.get(spec.config_hash, [])
+        runs = by_hash.get(spec.config_hash, [])
         if any(run.status == FINISHED for run in runs):
-            skipped += 1
+            plan.skipped += 1
         elif runs and _failed_permanently(runs[0]) and not retry_failed:
-            failed.append((spec, runs[0].tags.get(ERROR, "unknown error")))
+            plan.failed.append((spec, runs[0].tags.get(ERROR, "unknown error")))
         elif runs:  # newest unfinished run: continue it from its last checkpoint
-            tags = runs[0].tags
-            round_tag = tags.get(CHECKPOINT_ROUND)
-            plan[spec.config_hash] = Planned(spec, runs[0].run_id, tags.get(CHECKPOINT),
-                                             int(round_tag) if round_tag and tags.get(CHECKPOINT) else None)
+            plan.pending[spec.config_hash] = _resume(spec, runs[0])
+        elif spec.config_hash in elsewhere:
+            plan.reuse.append((spec, elsewhere[spec.config_hash]))
         else:
-            plan[spec.config_hash] = Planned(spec)
-    return plan, skipped, failed
+            plan.pending[spec.config_hash] = Planned(spec)
+        old = finished_by_key.get(spec.config_key)
+        if not any(run.status == FINISHED for run in runs) and old is not None:
+            plan.stale.append((spec, old, old.identity.why_stale(spec.versions)))
+    return plan
+
+
+def _resume(spec: TrialSpec, run: RunSummary) -> Planned:
+    tags = run.tags
+    round_tag = tags.get(CHECKPOINT_ROUND)
+    legacy = bool(run.identity is not None and run.identity.legacy)
+    return Planned(spec, run.run_id, tags.get(CHECKPOINT), int(round_tag) if round_tag and tags.get(CHECKPOINT) else None,
+                   legacy)
+
+
+def stale_summary(stale: list[tuple[TrialSpec, RunSummary, str]]) -> str:
+    """One line: how many finished runs are stale, grouped by why (``aggregator/krum v1 -> v2: 12``)."""
+    reasons: dict[str, int] = {}
+    for _, _, why in stale:
+        reasons[why] = reasons.get(why, 0) + 1
+    parts = [f"{why} ({count})" for why, count in sorted(reasons.items(), key=lambda item: -item[1])]
+    return f"{len(stale)} finished run(s) are stale and run again: " + "; ".join(parts)
 
 
 def _failed_permanently(run: RunSummary) -> bool:
@@ -78,10 +124,20 @@ def data_key(planned: Planned) -> tuple:
     return planned.spec.config.dataset["name"], planned.spec.config.dataset.get("data_dir")
 
 
-def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer, present: set[tuple]) -> None:
-    """One line per trial (new, resume, CANNOT RUN with why; trials whose data is not here are not built),
-    then the summary of what cannot run and the datasets to fetch."""
+def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer, present: set[tuple],
+               decided: Plan | None = None, waiting: dict[str, Planned] | None = None,
+               claimed: dict[str, str] | None = None) -> None:
+    """One line per trial (new, resume, CANNOT RUN with why; trials whose data is not here are not built; a
+    stale run's reason; reuse of another suite's run; waiting for another running benchmark), then the
+    summary of what cannot run and the datasets to fetch."""
     problems = {spec.config_hash: error for spec, error in checked.problems}
+    stale = {spec.config_hash: why for spec, _, why in (decided.stale if decided else ())}
+    for spec, source in decided.reuse if decided else ():
+        printer.emit(f"  reuse  {spec.name} [{spec.config_hash}]: run {source.run_id[:8]} of suite "
+                     f"{source.tags.get('suite', '?')}")
+    for config_hash, planned in (waiting or {}).items():
+        printer.emit(f"  wait   {planned.spec.name} [{config_hash}]: computed by the running benchmark of suite "
+                     f"{(claimed or {}).get(config_hash, '?')}")
     for planned in plan.values():
         spec = planned.spec
         word = "CANNOT RUN" if spec.config_hash in problems else ("resume" if planned.run_id else "new   ")
@@ -90,6 +146,8 @@ def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer, p
             line += f": {problems[spec.config_hash]}"
         elif data_key(planned) not in present:
             line += " (data not here: not checked)"
+        if spec.config_hash in stale:
+            line += f" (its finished run is stale: {stale[spec.config_hash]})"
         printer.emit(line)
     if checked.problems:
         printer.emit(checked.summary(len(plan)))

@@ -1,10 +1,14 @@
 """``fedarena bench run``: expand a suite, skip what is done, run the rest on Ray Tune, track in MLflow.
 
 Order (every check before Ray starts): load and validate the suite -> expand the grid at the scale ->
-check the tracking store answers -> find the suite's experiment -> plan: a trial whose ``config_hash``
-already has a FINISHED run is skipped; one with an unfinished run (FAILED, KILLED, or RUNNING from an
-interrupted benchmark) continues that run from the checkpoint recorded in its ``checkpoint`` tag ->
-start (or join, with ``RAY_ADDRESS``) Ray -> one Tune trial per remaining federated run.
+check the tracking store answers -> find the suite's experiment -> plan by identity (``config_hash``:
+the values a trial uses and the versions of its components, ``simulation.identity``): a trial with a
+FINISHED run is skipped; one another suite finished is copied from that run (``bench.sharing``); one with
+an unfinished run (FAILED, KILLED, or RUNNING from an interrupted benchmark) continues that run from the
+checkpoint recorded in its ``checkpoint`` tag; a finished run of the trial's values at other versions is
+stale (the trial runs anew, the plan says why); a trial another running benchmark claimed
+(``bench.claims``) is waited for and copied -> start (or join, with ``RAY_ADDRESS``) Ray -> one Tune trial
+per remaining federated run.
 
 Running the same command again therefore resumes an interrupted benchmark and never duplicates a
 finished trial. A trial that failed with an error no retry can fix (tag ``failure=permanent``) is skipped,
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.bench.callback import Planned, StoreStopper, TrackingCallback
+from fedarena.bench.claims import Claims
 from fedarena.bench.grid import TrialSpec, expand
 from fedarena.bench.guard import (
     SIGTERM_EXIT,
@@ -50,9 +55,11 @@ from fedarena.bench.plan import (
     lock_folder,
     plan_trials,
     print_plan,
+    stale_summary,
 )
 from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
+from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
 from fedarena.simulation.runner import code_version
 from fedarena.tracking.environ import env_vars
@@ -109,6 +116,8 @@ class BenchSummary:
     terminated: bool = False  # SIGTERM stopped the benchmark
     ray_stuck: bool = False  # Ray did not shut down in time (its processes were killed too): exit at once
     not_started: int = 0  # planned trials an interrupted benchmark never started
+    reused: int = 0  # trials another suite computed: copied from its runs
+    stale: int = 0  # finished runs of the suite's trials at other component versions (run again)
 
     @property
     def ok(self) -> bool:
@@ -168,41 +177,75 @@ def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSum
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
     with env_vars(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):
         store, uri = open_store(options.tracking_uri, suite.name)
-        lock = SuiteLock(lock_folder(uri, options.storage), suite.name, uri)
+        folder = lock_folder(uri, options.storage)
+        lock = SuiteLock(folder, suite.name, uri)
+        claims = Claims(folder, suite.name, uri, lock.path)
         if not options.dry_run:
             lock.acquire(redact(uri))
         try:
-            return _plan_and_run(options, suite, specs, store, uri, printer)
+            return _plan_and_run(options, suite, specs, store, uri, printer, claims)
         finally:
+            if not options.dry_run:
+                claims.release()
             lock.release()
 
 
 def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: RunStore, uri: str,
-                  printer: Printer) -> BenchSummary:
-    plan, skipped, failed = plan_trials(specs, store.runs_by_hash(), options.retry_failed)
-    resumed = sum(1 for p in plan.values() if p.run_id)
-    summary = BenchSummary(len(specs), skipped, resumed, tracking_uri=redact(uri), skipped_failed=len(failed))
-    printer.emit(f"suite {suite.name!r} at scale {options.scale!r}: {len(specs)} trials; {skipped} already "
-                 f"finished in {redact(uri)} (skipped), {resumed} to resume, {len(plan) - resumed} new")
-    if failed:
+                  printer: Printer, claims: Claims) -> BenchSummary:
+    with claims.planning():  # no claim is released between reading the store and reading the claims
+        own = store.runs()
+        planned = plan_trials(specs, own, None, options.retry_failed)
+        if any(not p.run_id for p in planned.pending.values()):  # new trials: another suite may have finished them
+            planned = plan_trials(specs, own, store.finished_elsewhere(), options.retry_failed)
+        plan = planned.pending
+        claimed = claims.others() if options.dry_run else claims.claim(plan)
+    waiting = {h: plan.pop(h) for h in claimed if h in plan}
+    summary = BenchSummary(len(specs), planned.skipped, planned.resumed, tracking_uri=redact(uri),
+                           skipped_failed=len(planned.failed), reused=len(planned.reuse), stale=len(planned.stale))
+    reused = f"{len(planned.reuse)} finished by other suites (reused), " if planned.reuse else ""
+    printer.emit(f"suite {suite.name!r} at scale {options.scale!r}: {len(specs)} trials; {planned.skipped} already "
+                 f"finished in {redact(uri)} (skipped), {reused}{planned.resumed} to resume, "
+                 f"{len(plan) - planned.resumed} new"
+                 + (f", {len(waiting)} computed by another running benchmark (waited for)" if waiting else ""))
+    if planned.stale:
+        printer.emit(stale_summary(planned.stale))
+    if planned.failed:
+        failed = planned.failed
         printer.emit(f"{len(failed)} trial(s) skipped: they failed with an error a rerun cannot fix, e.g. "
                      f"{failed[0][0].name}: {failed[0][1]} (fix the suite, or pass --retry-failed to run them again)")
     cluster = bool(os.environ.get("RAY_ADDRESS"))
     present = check_data(plan, cluster or options.dry_run)  # a dry run shows the plan without the data too
     checked = preflight([p.spec for p in plan.values() if data_key(p) in present])
     if options.dry_run:
-        print_plan(plan, checked, printer, present)
+        print_plan(plan, checked, printer, present, planned, waiting, claimed)
         summary.unbuildable = len(checked.problems)
         return summary
     if checked.problems:
         raise BenchError(checked.summary(len(plan)))
+    versions = version_tags(code_version())
+    link_runs(store, planned.reuse, versions, printer)
+    scale_every = suite.scales[options.scale].checkpoint_every
     if plan:
-        at_once = options.max_concurrent or max(1, int((options.num_cpus or os.cpu_count() or 1)
-                                                       // options.cpus_per_trial))
-        needed = check_free_space(options.storage, at_once, checked)
-        scale_every = suite.scales[options.scale].checkpoint_every
-        _execute(options, suite.name, store, plan, printer, summary, scale_every, needed)
+        _execute(options, suite.name, store, plan, printer, summary, scale_every, _space(options, checked))
+    if summary.terminated or summary.killed:
+        return summary
+    left = await_claimed(store, waiting, claimed, claims, versions, printer)
+    summary.reused += len(waiting) - len(left)
+    if left:  # the benchmark that claimed them ended without finishing them: they run here
+        claims.claim(left)
+        checked = preflight([p.spec for p in left.values()])
+        if checked.problems:
+            raise BenchError(checked.summary(len(left)))
+        before = (summary.finished, summary.failed)
+        _execute(options, suite.name, store, left, printer, summary, scale_every, _space(options, checked))
+        summary.finished, summary.failed = summary.finished + before[0], summary.failed + before[1]
     return summary
+
+
+def _space(options: BenchOptions, checked) -> int:
+    at_once = options.max_concurrent or max(1, int((options.num_cpus or os.cpu_count() or 1)
+                                                   // options.cpus_per_trial))
+    return check_free_space(options.storage, at_once, checked)
 
 
 def checkpoint_spacing(option: int | None, scale: int | None, rounds: int, eval_every: int
@@ -302,7 +345,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
             scratch=str(scratch) if scratch else None, driver=driver, round_hook=options.round_hook, cpus=options.cpus_per_trial,
-            checkpoint_budget=budget)
+            checkpoint_budget=budget, legacy_hash=spec.legacy_hash if planned.resume_legacy else "")
         keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()

@@ -48,6 +48,7 @@ from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState
+from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.runner import run_experiment, write_result
 from fedarena.simulation.setup import Trial, build_trial
 from fedarena.simulation.threads import limit_threads
@@ -67,16 +68,18 @@ PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, K
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
                   resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
                   round_hook: Callable[[str, int, int], None] | None = None, cpus: float | None = None,
-                  checkpoint_budget: float | None = None) -> dict:
+                  checkpoint_budget: float | None = None, legacy_hash: str = "") -> dict:
     """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
     ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
     benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
     ``round_hook``: called after every round (module docstring); ``cpus``: the trial's
     CPU share (its torch threads); ``checkpoint_budget``: the most time fraction checkpoints may take
-    (``bench.budget``; None: every ``checkpoint_every`` rounds exactly)."""
+    (``bench.budget``; None: every ``checkpoint_every`` rounds exactly); ``legacy_hash``: the trial's config hash
+    as a previous release computed it (a checkpoint that release wrote carries it)."""
     return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
             "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
-            "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, "round_hook": round_hook}
+            "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, "round_hook": round_hook,
+            "legacy_hash": legacy_hash}
 
 
 def auto_checkpoint_every(rounds: int, eval_every: int) -> int:
@@ -117,15 +120,17 @@ class Reporter:
 
     def start_trial(self, trial: Trial) -> SimState | None:
         """``run_experiment``'s start hook: check the trial is the driver's, and restore its latest state."""
-        if trial.cfg.hash() != self.payload["config_hash"]:
-            raise RuntimeError(f"trial {self.payload['name']!r}: the resolved config hashes to {trial.cfg.hash()}, "
+        identity = trial_identity(trial.cfg).config_hash
+        if identity != self.payload["config_hash"]:
+            raise RuntimeError(f"trial {self.payload['name']!r}: the resolved config's identity is {identity}, "
                                f"the driver expected {self.payload['config_hash']}")
         self.trial = trial
         checkpoint = _restore_checkpoint(self.payload)
         if checkpoint is None:
             return None
         with checkpoint.as_directory() as directory:
-            state = load_state(Path(directory), trial, self.payload["config_hash"])
+            legacy = self.payload.get("legacy_hash")
+            state = load_state(Path(directory), trial, self.payload["config_hash"], (legacy,) if legacy else ())
         self.start = state.round
         return state
 

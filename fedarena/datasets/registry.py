@@ -26,9 +26,12 @@ DATASETS: Registry[DatasetSpec] = Registry("dataset")
 DATASET_SECTION = SectionKind("dataset", DATASETS, signature=lambda spec: spec.build)
 
 
-def register_dataset(name: str, *, model: str, source: Source | None = None) -> Callable:
+def register_dataset(name: str, *, model: str, source: Source | None = None, version: int = 1) -> Callable:
+    """Register a dataset builder with the model the papers use, the files it reads and its version (bump it
+    with any change of the data or partition it builds)."""
+
     def decorator(fn: Callable) -> Callable:
-        DATASETS.add(name, DatasetSpec(fn, model, source))
+        DATASETS.add(name, DatasetSpec(fn, model, source), version=version)
         return fn
 
     return decorator

@@ -19,6 +19,7 @@ from fedarena.errors import ConfigError
 from fedarena.leaderboards.cells import (
     aggregate,
     canonical_order,
+    current_only,
     dedupe,
     normalize,
     select_scale,
@@ -47,7 +48,9 @@ def redacted_errors(tracking_uri: str):
 
 
 def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """Finished runs of one scale, normalized and de-duplicated, with footnotes on what was left out."""
+    """Finished runs of today's identity at one scale, normalized and de-duplicated, with footnotes on what
+    was left out (stale runs: computed at other component versions)."""
+    runs, stale = current_only(runs)
     finished, counts = split_status(runs)
     relabelled = relabel_notes(finished)
     finished, chosen, other_scales = select_scale(normalize(finished), scale)
@@ -62,6 +65,8 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
         notes.append(f"{other_scales} run(s) at other scales than {chosen!r} are left out.")
     if superseded:
         notes.append(f"{superseded} earlier run(s) of a cell and seed were superseded by a re-run.")
+    if stale:
+        notes.append(f"{stale} stale run(s), computed at other component versions than today's, are left out.")
     return finished, notes + relabelled
 
 

@@ -2,7 +2,7 @@
 
 A *position* is where a number sits in a paper table: (dataset_label, method_label, attack_label,
 level). The runs at one position are the seeds of one cell (one ``cell_hash``). They are averaged
-only when they share the data fingerprint, the code version and the config; otherwise the cell is
+only when they share the data fingerprint, the component versions and the config; otherwise the cell is
 marked ``mixed`` and its note says which values disagree (the leaderboard never averages
 incomparable runs).
 
@@ -17,6 +17,8 @@ dataset really run (``tracking.labels``).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pandas as pd
@@ -44,10 +46,11 @@ SPARSE = tuple(m for m in ("asr_pooled", "asr_mean", "asr_worst10") if m in HIGH
 # Tags of a selected method's variants (``bench.select``), carried to the cells.
 SELECT_COLUMNS = ("select_group", "select_by", "variant")
 
-# Provenance columns that must agree across the runs of one cell, with the words used in notes.
+# Provenance columns that must agree across the runs of one cell, with the words used in notes: the code's
+# behaviour is its components' versions (``simulation.identity``), not its commit.
 PROVENANCE = {
     "dataset_fingerprint": "dataset fingerprints",
-    "git_sha": "code versions (git_sha)",
+    "component_versions": "component versions",
     "cell_hash": "configs (cell_hash)",
 }
 
@@ -91,6 +94,15 @@ def _diverged(runs: pd.DataFrame) -> pd.Series:
         return pd.Series(False, index=runs.index)
     text = runs["diverged"].astype(str).str.strip().str.lower()
     return text.isin(("true", "1", "1.0"))
+
+
+def current_only(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The runs of today's identity (the reader's ``current`` column; a frame without it is all current) and how
+    many stale ones were left out."""
+    if "current" not in runs:
+        return runs, 0
+    keep = runs["current"].fillna(False).astype(bool)
+    return runs[keep], int((~keep).sum())
 
 
 def split_status(runs: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -160,7 +172,7 @@ def data_groups(group: pd.DataFrame) -> pd.Series:
 def conflicts(group: pd.DataFrame, keys: tuple[str, ...] = tuple(PROVENANCE)) -> str:
     """Empty when the runs are comparable, else which provenance values disagree.
 
-    Code versions and configs must be equal across all runs of a cell; data fingerprints across the
+    Component versions and configs must be equal across all runs of a cell; data fingerprints across the
     runs that should have seen the same data (:func:`data_groups`).
     """
     parts = []
@@ -171,8 +183,23 @@ def conflicts(group: pd.DataFrame, keys: tuple[str, ...] = tuple(PROVENANCE)) ->
         disagree = len(values) > 1
         if disagree and key == "dataset_fingerprint":
             disagree = bool((group.groupby(data_groups(group))[key].nunique() > 1).any())
-        if disagree:
+        if disagree and key == "component_versions":
+            parts.append(f"{PROVENANCE[key]} {differing_versions(values)}")
+        elif disagree:
             parts.append(f"{PROVENANCE.get(key, key)} {', '.join(v[:12] for v in values)}")
+    return "; ".join(parts)
+
+
+def differing_versions(recorded: list[str]) -> str:
+    """The components whose version differs between recorded ``component_versions`` (JSON), e.g.
+    ``aggregator/krum 1, 2``."""
+    tables = [json.loads(text) for text in recorded]
+    keys = sorted({key for table in tables for key in table})
+    parts = []
+    for key in keys:
+        seen = sorted({str(table.get(key, "none")) for table in tables})
+        if len(seen) > 1:
+            parts.append(f"{key} {', '.join(seen)}")
     return "; ".join(parts)
 
 

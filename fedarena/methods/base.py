@@ -120,12 +120,13 @@ class Method:
 METHODS: Registry[type[Method]] = Registry("method")
 
 
-def method(name: str):
-    """Register a ``Method`` class under ``name`` (also its ``name`` attribute, used in messages)."""
+def method(name: str, *, version: int = 1):
+    """Register a ``Method`` class under ``name`` (also its ``name`` attribute, used in messages) with its
+    version (bump it with any change of its numbers)."""
 
     def decorator(cls: type[Method]) -> type[Method]:
         cls.name = name
-        METHODS.add(name, cls)
+        METHODS.add(name, cls, version=version)
         return cls
 
     return decorator

@@ -32,6 +32,7 @@ from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round
 from fedarena.simulation.evaluate import evaluate
+from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.setup import build_trial, resolve_device
 from fedarena.simulation.tensor_memory import TensorMemory
 
@@ -81,7 +82,7 @@ def measure(cfg: ExperimentConfig, rounds: int) -> dict:
            "device": trial.device.type}
     if trial.device.type == "cpu":
         row.update(cpu_peaks(trial, state))
-    return {**row, **checkpoint_cost(trial, state, cfg.hash())}
+    return {**row, **checkpoint_cost(trial, state, trial_identity(cfg).config_hash)}
 
 
 def _gb(nbytes: int | None) -> float | None:

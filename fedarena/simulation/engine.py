@@ -33,6 +33,10 @@ from fedarena.simulation.streams import (
     torch_stream,
 )
 
+# The version of the round loop, local training, evaluation and the seed streams: bump it with any change of
+# the numbers a trial gives (identity: ``simulation.identity``).
+ENGINE_VERSION = 1
+
 
 @dataclass
 class SimState:

@@ -85,11 +85,12 @@ class Metric:
 METRICS: Registry[Metric] = Registry("metric")
 
 
-def metric(name: str, higher_is_better: bool):
-    """Register ``fn(evaluated) -> float`` as metric ``name`` with its direction."""
+def metric(name: str, higher_is_better: bool, *, version: int = 1):
+    """Register ``fn(evaluated) -> float`` as metric ``name`` with its direction and version (bump it with
+    any change of its values)."""
 
     def decorator(fn: Callable[[Evaluated], float]) -> Callable[[Evaluated], float]:
-        METRICS.add(name, Metric(higher_is_better, fn))
+        METRICS.add(name, Metric(higher_is_better, fn), version=version)
         return fn
 
     return decorator

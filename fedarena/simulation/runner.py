@@ -15,6 +15,7 @@ import fedarena
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
+from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table
 from fedarena.simulation.setup import Trial, build_trial
 
@@ -37,9 +38,12 @@ def result_record(trial: Trial, state: SimState, counts) -> dict:
     if final is None:  # resumed after the last evaluation: score the final state now
         final = {"round": state.round, **evaluate_state(trial, state)[1]}
     final["diverged"] = bool(state.diverged)
+    identity = trial_identity(trial.cfg)
     return {
         "config": trial.cfg.to_dict(),
-        "config_hash": trial.cfg.hash(),
+        "config_hash": identity.config_hash,  # the trial's identity: the values it uses and its components' versions
+        "config_key": identity.config_key,
+        "component_versions": identity.versions,
         "backend": trial.backend.name,  # what backend: auto chose
         "dataset_fingerprint": trial.dataset.fingerprint,
         "malicious_clients": [int(k) for k in trial.threat.malicious.nonzero()[0]],

@@ -10,6 +10,7 @@ never creates an empty store as a side effect.
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -22,15 +23,18 @@ from fedarena.errors import ConfigError
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.labels import CLIENTS_ARTIFACT
 from fedarena.tracking.location import local_store_path
+from fedarena.tracking.versions import VERSIONS_TAG, current_versions, is_current, run_identity
 
 PAGE = 1000  # runs per search_runs call (MLflow's maximum is larger; this keeps responses small)
 
 
-def all_runs(client: MlflowClient, experiment_id: str) -> list[Run]:
-    """Every run of an experiment, page by page: what the tables, the UI view and a resumed benchmark read."""
+def all_runs(client: MlflowClient, experiment_id: str | list[str], filter_string: str = "") -> list[Run]:
+    """Every run of an experiment (or of several; those matching ``filter_string``), page by page: what the
+    tables, the UI view and a resumed benchmark read."""
+    ids = [experiment_id] if isinstance(experiment_id, str) else list(experiment_id)
     runs, token = [], None
     while True:
-        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
+        page = client.search_runs(ids, filter_string, max_results=PAGE, page_token=token)
         runs += list(page)
         token = page.token
         if not token:
@@ -72,13 +76,22 @@ def suite_experiment_id(client: MlflowClient, tracking_uri: str, suite: str) -> 
 
 
 def runs_frame(runs: list[Run]) -> pd.DataFrame:
-    """One row per run: run_id, status, start_time, params, tags (not mlflow.*), final metrics."""
+    """One row per run: run_id, status, start_time, params, tags (not mlflow.*), final metrics, and whether
+    the run is ``current`` (of today's component versions, ``tracking.versions``; a previous release's run
+    gets the versions inferred for it in ``component_versions``, or none: stale)."""
+    identities = [run_identity(run.data.params, run.data.tags) for run in runs]
+    today = current_versions((i.versions, run.info.start_time or 0) for i, run in zip(identities, runs, strict=True)
+                             if i.versions is not None)
     rows = []
-    for run in runs:
+    for run, identity in zip(runs, identities, strict=True):
         row: dict = dict(run.data.params)
         row.update({k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")})
         row.update(run.data.metrics)
-        row.update(run_id=run.info.run_id, status=run.info.status, start_time=run.info.start_time)
+        row.update(run_id=run.info.run_id, status=run.info.status, start_time=run.info.start_time,
+                   current=is_current(identity, today))
+        if identity.legacy:
+            row[VERSIONS_TAG] = json.dumps(identity.versions, sort_keys=True) if identity.versions else None
+            row["config_hash"] = identity.config_hash
         rows.append(row)
     return pd.DataFrame(rows)
 

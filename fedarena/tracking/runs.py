@@ -18,6 +18,12 @@
   ``cost_peak_round_mb`` / ``cost_peak_eval_mb``.
 - Artifacts: ``config.json`` (at the start), ``result.json`` and ``clients.csv`` (the per-client table
   of the last evaluation) at the end. Status: FINISHED, FAILED or KILLED (interrupted).
+- Identity (``simulation.identity``, ``tracking.versions``): ``config_hash`` (the values the trial uses and
+  the versions of its components), ``config_key`` (the values alone) and ``component_versions`` (JSON).
+- Reuse: a trial finished in another suite's experiment is not computed again; its run is copied into the
+  suite's experiment (``RunStore.link``: params, metrics, artifacts, the suite's own labels) with
+  ``reused_from`` (the computing run's id) and ``reused_from_suite``, and the computing run's ``used_by``
+  lists every suite that shows it (comma-separated).
 """
 
 from __future__ import annotations
@@ -38,13 +44,16 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.tracking.environ import env_vars
 from fedarena.tracking.reading import all_runs
+from fedarena.tracking.versions import RunIdentity, run_identity
 
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
 METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))
-TAGS = ("config_hash", "cell_hash", "suite", "scale", "dataset_fingerprint", "git_sha", "fedarena_version",
-        "torch_version", "method_label", "dataset_label", "attack_label", "level", "diverged", "dataset_name",
-        "select_group", "select_by", "variant", "backend_used")
+TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite", "scale", "dataset_fingerprint",
+        "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
+        "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used")
+REUSED_FROM, REUSED_FROM_SUITE, USED_BY = "reused_from", "reused_from_suite", "used_by"
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
 CHECKPOINT, CHECKPOINT_ROUND, RESUMED_FROM, FAILURES, ERROR = (
@@ -85,6 +94,18 @@ class RunSummary:
     status: str
     tags: dict[str, str]
     start_time: int
+    identity: RunIdentity | None = None  # its identity (``tracking.versions.run_identity``)
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.identity.config_hash if self.identity is not None else self.tags.get("config_hash")
+
+
+def summarize(run) -> RunSummary:
+    """A stored run with its identity as recorded (or inferred for a previous release's run)."""
+    tags = dict(run.data.tags)
+    return RunSummary(run.info.run_id, run.info.status, tags, run.info.start_time,
+                      run_identity(run.data.params, tags))
 
 
 class RunStore:
@@ -157,16 +178,65 @@ class RunStore:
         self.client.set_terminated(run_id, status)
         self.artifact_uris.pop(run_id, None)
 
+    def runs(self) -> list[RunSummary]:
+        """Every run of the experiment with its identity, newest first."""
+        runs = [summarize(run) for run in all_runs(self.client, self.experiment_id)]
+        return sorted(runs, key=lambda r: r.start_time or 0, reverse=True)
+
+    def finished_elsewhere(self) -> dict[str, RunSummary]:
+        """The newest FINISHED computing run (not itself a copy) of each identity in the other suites'
+        experiments: the trials this suite reuses instead of computing them again."""
+        others = [e.experiment_id for e in self.client.search_experiments() if e.experiment_id != self.experiment_id]
+        found: dict[str, RunSummary] = {}
+        for run in all_runs(self.client, others, f"attributes.status = '{FINISHED}'") if others else ():
+            summary = summarize(run)
+            key = summary.config_hash
+            if key and "suite" in summary.tags and REUSED_FROM not in summary.tags and (
+                    key not in found or summary.start_time > found[key].start_time):
+                found[key] = summary
+        return found
+
+    def finished_with(self, config_hash: str) -> RunSummary | None:
+        """The newest FINISHED computing run of an identity in any experiment (None: none yet)."""
+        experiments = [e.experiment_id for e in self.client.search_experiments()]
+        found = self.client.search_runs(
+            experiments, f"tags.config_hash = '{config_hash}' and attributes.status = '{FINISHED}'",
+            order_by=["attributes.start_time DESC"], max_results=50)
+        computed = [run for run in found if REUSED_FROM not in run.data.tags]
+        return summarize(computed[0]) if computed else None
+
+    def link(self, source: RunSummary, name: str, params: Mapping[str, str], tags: Mapping[str, str]) -> str:
+        """Copy a run another suite computed into this suite's experiment (its metrics at every step and its
+        artifacts) under this suite's ``tags``, FINISHED; the source's ``used_by`` gains this suite."""
+        run = self.client.get_run(source.run_id)
+        carried = {k: v for k, v in run.data.tags.items() if k in ("dataset_fingerprint", BACKEND_USED, "diverged",
+                                                                   FAILURES, RESUMED_FROM)}
+        tags = {**carried, **tags, REUSED_FROM: source.run_id, REUSED_FROM_SUITE: run.data.tags.get("suite", "")}
+        created = self.client.create_run(self.experiment_id, run_name=name,
+                                         tags={k: _tag(v) for k, v in tags.items()})
+        run_id = created.info.run_id
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), BATCH):
+            self.client.log_batch(run_id, params=items[start : start + BATCH])
+        metrics = [m for key in run.data.metrics for m in self.client.get_metric_history(source.run_id, key)]
+        for start in range(0, len(metrics), METRIC_BATCH):
+            self.client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
+        with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
+            folder = self.client.download_artifacts(source.run_id, "", tmp)
+            get_artifact_repository(created.info.artifact_uri, tracking_uri=self.client.tracking_uri
+                                    ).log_artifacts(folder)
+        self.client.set_terminated(run_id, FINISHED)
+        suite = tags.get("suite", "")
+        users = sorted({*run.data.tags.get(USED_BY, run.data.tags.get("suite", "")).split(","), suite} - {""})
+        self.client.set_tag(source.run_id, USED_BY, ",".join(users))
+        return run_id
+
     def runs_by_hash(self) -> dict[str, list[RunSummary]]:
-        """Every run of the experiment grouped by its ``config_hash`` tag, newest first."""
+        """Every run of the experiment grouped by its identity (``config_hash``), newest first."""
         grouped: dict[str, list[RunSummary]] = {}
-        for run in all_runs(self.client, self.experiment_id):
-            key = run.data.tags.get("config_hash")
-            if key:
-                grouped.setdefault(key, []).append(
-                    RunSummary(run.info.run_id, run.info.status, dict(run.data.tags), run.info.start_time))
-        for runs in grouped.values():
-            runs.sort(key=lambda r: r.start_time or 0, reverse=True)
+        for run in self.runs():
+            if run.config_hash:
+                grouped.setdefault(run.config_hash, []).append(run)
         return grouped
 
 

@@ -96,12 +96,16 @@ def check_common(n: int, f: int, **params) -> None:
 
 
 def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False,
-               needs_round: bool = False, needs_root: bool = False):
-    """Register ``fn`` as aggregator ``name`` with its feasibility check and the inputs it reads."""
+               needs_round: bool = False, needs_root: bool = False, version: int = 1,
+               effective: dict[str, Callable] | None = None):
+    """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
+    (bump it with any change of its numbers) and the values its null hyperparameters stand for
+    (``Registry.add``)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
-                                              uses_weights, needs_round, needs_root))
+                                              uses_weights, needs_round, needs_root), version=version,
+                        effective=effective)
         return fn
 
     return decorator

@@ -85,7 +85,8 @@ def check_multi_krum(n: int, f: int, *, m: int | None = None, reference_mode: bo
         raise ConfigError(f"multi_krum averages m updates and needs 1 <= m <= n = {n}, got m={size}")
 
 
-@aggregator("multi_krum", check=check_multi_krum, needs_round=True)
+@aggregator("multi_krum", check=check_multi_krum, needs_round=True,
+            effective={"m": lambda facts: None if facts.f is None else facts.n - facts.f})
 def multi_krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None,
     reference_mode: bool = False, round: RoundDraw | None = None,
