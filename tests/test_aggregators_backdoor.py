@@ -81,6 +81,18 @@ def test_weak_dp_noise_is_the_rounds_own_draw_with_std_sigma():
     assert abs(other.std().item() - 0.3) < 0.01
 
 
+def test_weak_dp_default_noise_is_the_papers_ratio_to_the_clipping_radius():
+    # Prepare: 50,000 coordinates; the round's median norm is the radius
+    updates = torch.randn(5, 50_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    radius = updates.norm(dim=1).median()
+    draw = RoundDraw(torch.arange(5), seed=4)
+    # Execute
+    noise = (make_aggregator({"name": "weak_dp"}, f=1).for_round(draw)(updates, ones(5))
+             - make_aggregator({"name": "norm_bound"}, f=1)(updates, ones(5)))
+    # Assert: std 0.025 / 3 of the radius (Sun et al.: sigma 0.025 at norm bound 3)
+    assert noise.std().item() == pytest.approx(0.025 / 3 * radius.item(), rel=0.02)
+
+
 def test_norm_bound_and_weak_dp_reject_a_non_positive_bound_or_negative_noise():
     with pytest.raises(ConfigError, match="max_norm must be > 0"):
         check_aggregator({"name": "norm_bound", "max_norm": 0.0}, n=5, f=0)

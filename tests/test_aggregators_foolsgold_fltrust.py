@@ -5,10 +5,11 @@ import math
 import pytest
 import torch
 
+from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, RoundDraw, make_aggregator
 from fedarena.methods.aggregators.foolsgold import HISTORY
-from fedarena.simulation.engine import SimState, initial_state, run_round
+from fedarena.simulation.engine import SimState, initial_state, root_update, run_round
 from fedarena.simulation.runner import run_experiment
 from fedarena.simulation.setup import build_trial
 
@@ -39,14 +40,28 @@ def test_foolsgold_zeroes_sybils_and_weights_the_honest_clients():
     updates = torch.tensor([SYBIL, SYBIL, *HONEST], dtype=F64)
     w = honest_weight()
     expected = (w * updates[2] + updates[3] + w * updates[4]) / (2 * w + 1)
-    out = make_aggregator({"name": "foolsgold"}, f=0)(updates, ONES)  # direct: the histories are the updates
+    # direct: the histories are the updates (raw: unit_norm false keeps them as they are)
+    out = make_aggregator({"name": "foolsgold", "unit_norm": False}, f=0)(updates, ONES)
     torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_foolsgold_first_scales_every_update_to_norm_at_most_one_as_the_reference_code():
+    # Prepare: the same directions at other lengths; rows 2 and 3 are longer than 1, the others not
+    updates = torch.tensor([[0.5, 0.0, 0.0], [0.4, 0.0, 0.0], [0.0, -3.0, -3.0], [0.0, -6.0, 9.0],
+                            [0.0, -0.5, 0.0]], dtype=F64)
+    unit = updates / updates.norm(dim=1, keepdim=True).clamp_min(1.0)
+    # Execute
+    out = make_aggregator({"name": "foolsgold"}, f=0)(updates, ONES)
+    # Assert: the rule on the updates scaled to norm <= 1 (rows 0, 1 and 4 as they are)
+    raw = make_aggregator({"name": "foolsgold", "unit_norm": False}, f=0)
+    torch.testing.assert_close(out, raw(unit, ONES), rtol=1e-12, atol=1e-12)
+    assert unit[2].norm() == pytest.approx(1.0) and torch.equal(unit[4], updates[4])
 
 
 def test_foolsgold_history_accumulates_across_rounds_through_server():
     ids = torch.tensor([1, 3, 4, 6, 7])
     server: dict = {}
-    agg = make_aggregator({"name": "foolsgold"}, f=0)
+    agg = make_aggregator({"name": "foolsgold", "unit_norm": False}, f=0)
     # round 1: the honest updates are all the same, so every client has a twin: all weights 0, uniform mean
     first = torch.tensor([SYBIL, SYBIL, *[[0.0, -1.0, -1.0]] * 3], dtype=F64)
     out1 = agg.for_round(RoundDraw(torch.arange(5), ids=ids, server=server))(first, ONES)
@@ -137,3 +152,18 @@ def test_checkpoint_round_trip_keeps_the_server_state_and_resumes_identically(sm
     assert torch.equal(resumed.w, straight.w) and torch.equal(resumed.server[HISTORY], straight.server[HISTORY])
     old = {k: v for k, v in state.state_dict().items() if k != "server"}  # a checkpoint from before `server`
     assert SimState.from_state_dict(old, trial.device).server == {}
+
+
+def test_the_engines_root_update_is_minus_lr_times_the_root_sets_gradient():
+    # Prepare: one local step on a root set of 20 samples in one batch (batch 32 >= 20): g0 = -lr grad L(w; root)
+    cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits", "num_clients": 10}, "local_steps": 1,
+                                      "batch_size": 32, "lr": 0.1, "aggregator": {"name": "fltrust", "root_size": 20}})
+    trial = build_trial(cfg)
+    w = trial.w0.clone().requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(trial.model.forward(w, trial.root.x), trial.root.y)
+    expected = -0.1 * torch.autograd.grad(loss, w)[0]
+    # Execute
+    g0 = root_update(trial, trial.w0, round_idx=0)
+    # Assert: the server's own step, in its direction (a sign error would make every trust score flip)
+    torch.testing.assert_close(g0, expected, rtol=1e-4, atol=1e-7)
+    assert torch.nn.functional.cosine_similarity(g0, expected, dim=0) > 0.9999

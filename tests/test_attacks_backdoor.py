@@ -9,13 +9,14 @@ import pytest
 import torch
 
 from fedarena.attacks import ATTACKS
-from fedarena.attacks.backdoor import make_patch
+from fedarena.attacks.backdoor import make_patch, white_value
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError
 from fedarena.simulation.metrics import Counts, client_table, compute_metrics
 from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.setup import build_trial
 
 
 def images(n: int, label: int, size: int = 4) -> Split:
@@ -68,11 +69,15 @@ def test_dba_parts_union_to_the_whole_trigger_and_attackers_stamp_their_own():
                                                                                              [1, 1]]
 
 
-def test_model_replacement_boosts_by_the_round_size_or_the_given_factor_within_the_norm_bound():
+def test_model_replacement_boosts_by_the_round_size_over_its_attackers_or_the_given_factor_within_the_bound():
     updates = torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]])
     bad = torch.tensor([False, False, True])
     gen = torch.Generator()
-    assert effect("model_replacement").tamper(updates, bad, gen)[2].tolist() == [9.0, 12.0]  # x n = 3
+    assert effect("model_replacement").tamper(updates, bad, gen)[2].tolist() == [9.0, 12.0]  # x n / k = 3 / 1
+    two = torch.tensor([[1.0, 0.0], [3.0, 4.0], [3.0, 4.0], [0.0, 1.0]])
+    both = torch.tensor([False, True, True, False])
+    # two attackers of four: each boosts by 4 / 2, so together they replace the model once, not twice
+    assert effect("model_replacement").tamper(two, both, gen)[1:3].tolist() == [[6.0, 8.0], [6.0, 8.0]]
     assert effect("model_replacement", boost=2.0).tamper(updates, bad, gen)[2].tolist() == [6.0, 8.0]
     bounded = effect("model_replacement", boost=2.0, max_norm=5.0).tamper(updates, bad, gen)
     torch.testing.assert_close(bounded[2], torch.tensor([3.0, 4.0]))
@@ -137,6 +142,45 @@ def run(attack: dict, aggregator: str = "mean", method: str = "global") -> dict:
     cfg = ExperimentConfig.from_dict({**DIGITS, "method": {"name": method}, "attack": attack,
                                       "aggregator": {"name": aggregator}})
     return run_experiment(cfg)["final"]
+
+
+@pytest.mark.parametrize("name,white", [("digits", (16 - 4.884165) / 6.016788), ("mnist_5k", (255 - 33.486506) / 78.680325)])
+def test_the_default_trigger_is_a_white_pixel_under_a_dataset_wide_normalisation(name, white):
+    # Prepare: the datasets standardise pixel by pixel; their raw pixels (digits 0-16, MNIST 0-255) have the
+    # mean and std over all pixels written above (checked against the raw data below)
+    cfg = ExperimentConfig.from_dict({"dataset": {"name": name, "num_clients": 10},
+                                      "attack": {"name": "badnets", "level": 0.2}})
+    trial = build_trial(cfg)
+    # Execute: a triggered test sample
+    stamped = trial.threat.effect.backdoor.stamp(trial.dataset.clients[0].test.x[:1])
+    # Assert: the bottom-right 3 x 3 patch holds (max - mean) / std, about 1.85 on digits and 2.82 on MNIST
+    image = stamped.reshape(-1, *trial.dataset.meta.get("image_shape", stamped.shape[-2:]))
+    assert image[0, -3:, -3:].flatten().tolist() == pytest.approx([white] * 9, rel=1e-5)
+    assert white_value(trial.dataset) == pytest.approx(white, rel=1e-6)
+
+
+def test_the_raw_pixel_statistics_are_those_of_the_raw_data():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits().data
+    ds = build_trial(ExperimentConfig.from_dict({"dataset": {"name": "digits"}})).dataset
+    assert ds.meta["raw_pixels"] == pytest.approx({"mean": raw.mean(), "std": raw.std(), "max": 16.0})
+
+
+@pytest.mark.slow  # seven 40-round digits runs (about 6 s)
+def test_at_defaults_on_digits_some_backdoor_defense_lowers_badnets_success_by_a_tenth():
+    # Prepare: digits, 30 devices, 40 rounds of 10, BadNets at 20%, every other setting at its default
+    def asr(rule: str) -> float:
+        cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits", "num_clients": 30}, "rounds": 40,
+                                          "attack": {"name": "badnets", "level": 0.2}, "aggregator": {"name": rule}})
+        return run_experiment(cfg)["final"]["asr_pooled"]
+
+    # Execute
+    undefended = asr("mean")
+    defended = {rule: asr(rule) for rule in ("norm_bound", "weak_dp", "flame", "foolsgold", "fltrust", "rlr")}
+    # Assert: the backdoor works undefended, and at least one defense (here FoolsGold, FLTrust, RLR) cuts it
+    assert undefended > 0.8
+    assert max(undefended - value for value in defended.values()) >= 0.1, defended
 
 
 @pytest.mark.slow  # three 30-round digits runs

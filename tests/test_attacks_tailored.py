@@ -1,16 +1,19 @@
-"""AGR-tailored attacks (NDSS 2021 Section 4) and the generic adaptive attack: on tiny hand-made updates, each
-tailored attack moves its rule's output farther from the honest mean than Min-Max with the same direction,
-its search matches a float64 transcription of the authors' notebooks, and the adaptive attack finds the
-magnitude a brute-force scan finds, for a rule registered inside the test."""
+"""AGR-tailored attacks (NDSS 2021 Section 4) and the generic adaptive attack: on small hand-made rounds with 1
+to 4 malicious copies among 10 and the server's own rule (its f, not the copies'), each selection-tailored
+attack is selected and each spread-tailored one moves its rule at least as far as Min-Max with the same
+direction, in the server's dtype; the search matches a float64 transcription of the authors' notebooks, and
+the adaptive attack finds the magnitude a brute-force scan finds, for a rule registered inside the test."""
 
 import numpy as np
 import pytest
 import torch
 
 from fedarena.attacks import ATTACKS
+from fedarena.attacks.base import RoundRule, with_rows
+from fedarena.attacks.tailored import holds_malicious, merged_rows, spread, spread_of
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
+from fedarena.methods.aggregators import AGGREGATORS, RoundDraw, make_aggregator
 from fedarena.methods.aggregators.base import aggregator
 
 
@@ -39,34 +42,105 @@ def round_of(honest: torch.Tensor, bad_count: int) -> tuple[torch.Tensor, torch.
 
 
 def deviation(rule: dict, f: int, updates: torch.Tensor, honest: torch.Tensor) -> float:
-    out = make_aggregator(rule, f=f)(updates, torch.ones(len(updates)))
+    out = make_aggregator(rule, f=f)(updates, torch.ones(len(updates), dtype=updates.dtype))
     return float((out - honest.mean(0)).norm())
 
 
-@pytest.mark.parametrize("rule,attack,honest,bad_count", [
-    ({"name": "krum"}, {"name": "tailored_krum", "target": "krum"}, spiky(8), 2),
-    ({"name": "multi_krum"}, {"name": "tailored_krum"}, spiky(8), 2),
-    ({"name": "median"}, {"name": "tailored_median"}, SPREAD, 3),
-    ({"name": "trimmed_mean"}, {"name": "tailored_median", "rule": "trimmed_mean"}, SPREAD, 3),
-])
-def test_the_tailored_attack_moves_its_rule_farther_than_min_max(rule, attack, honest, bad_count):
-    # Prepare
-    updates, bad = round_of(honest, bad_count)
-    # Execute
-    agnostic = tamper_of("min_max", direction="unit")(updates, bad, torch.Generator())
-    tailored = tamper_of(attack["name"], **{k: v for k, v in attack.items() if k != "name"})(
-        updates, bad, torch.Generator())
-    # Assert
-    assert torch.equal(tailored[~bad], updates[~bad])
-    assert deviation(rule, bad_count, tailored, honest) > 1.1 * deviation(rule, bad_count, agnostic, honest)
+def server(rule: dict, f: int, n: int) -> RoundRule:
+    """The server's rule of a round of n updates as the engine hands it to an attack."""
+    agg = make_aggregator(rule, f=f).for_round(RoundDraw.rows_in_order(n))
+    return RoundRule(agg, torch.ones(n))
+
+
+def cluster(n_honest: int, seed: int, dtype=torch.float64) -> torch.Tensor:
+    """Honest updates: a Gaussian cluster around a common direction (seeded)."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(n_honest, 6, generator=gen, dtype=torch.float64) * 0.3 + 1.0).to(dtype)
+
+
+# The server's f is the trial's (here 2, Bulyan's 1 on 10 updates), whatever the round's copies are
+SELECTIONS = [({"name": "krum"}, {"name": "tailored_krum", "target": "krum"}, 2),
+              ({"name": "multi_krum"}, {"name": "tailored_krum"}, 2),
+              ({"name": "bulyan"}, {"name": "tailored_bulyan"}, 1)]
+
+
+@pytest.mark.parametrize("copies", [1, 2, 3, 4])
+@pytest.mark.parametrize("rule,attack,f", SELECTIONS, ids=["krum", "multi_krum", "bulyan"])
+@pytest.mark.parametrize("mode", ["paper", "reference"])
+def test_a_selection_tailored_attack_is_selected_by_the_servers_rule(rule, attack, f, copies, mode):
+    # Prepare: 10 updates, `copies` of them malicious, the server's rule with the trial's f
+    options = {"direction": "unit", **{k: v for k, v in attack.items() if k != "name"}}
+    feasible = 0
+    for seed in range(6):
+        updates, bad = round_of(cluster(10 - copies, seed), copies)
+        rule_of_round = server(rule, f, 10)
+        mean = updates[~bad].mean(0)
+        push = -mean / mean.norm()
+        scan = [holds_malicious(rule_of_round.kept(with_rows(updates, bad, mean + g * push)), bad)
+                for g in np.linspace(0.0, 6.0, 121)]  # the search's range: (0, 2 x gamma_init)
+        # Execute
+        out = tamper_of(attack["name"], mode=mode, **options)(updates, bad, torch.Generator(), rule=rule_of_round)
+        # Assert: where some magnitude is selected, the attack moved and the server's selection holds the
+        # malicious updates; where none is, it sends the honest mean (gamma 0)
+        assert torch.equal(out[~bad], updates[~bad])
+        gamma = float((out[-1] - mean).norm())
+        if any(scan):
+            feasible += 1
+            assert gamma > 1e-3 and holds_malicious(rule_of_round.kept(out), bad), (seed, gamma)
+        else:
+            assert gamma == pytest.approx(0.0, abs=1e-4)
+    assert feasible >= 4  # the rounds are not vacuous
+
+
+@pytest.mark.parametrize("copies", [1, 2, 3, 4])
+@pytest.mark.parametrize("rule,attack", [
+    ({"name": "median"}, {"name": "tailored_median"}),
+    ({"name": "trimmed_mean"}, {"name": "tailored_median", "rule": "trimmed_mean"}),
+], ids=["median", "trimmed_mean"])
+def test_a_spread_tailored_attack_moves_the_servers_rule_at_least_as_far_as_min_max(rule, attack, copies):
+    # Prepare: the server trims the trial's f = 2 (copies vary); both attacks push along the same direction
+    for seed in range(5):
+        updates, bad = round_of(cluster(10 - copies, seed), copies)
+        rule_of_round = server(rule, 2, 10)
+        options = {k: v for k, v in attack.items() if k != "name"}
+        # Execute
+        agnostic = tamper_of("min_max", direction="unit")(updates, bad, torch.Generator())
+        tailored = tamper_of(attack["name"], direction="unit", **options)(updates, bad, torch.Generator(),
+                                                                            rule=rule_of_round)
+        # Assert
+        honest = updates[~bad]
+        assert deviation(rule, 2, tailored, honest) >= deviation(rule, 2, agnostic, honest) - 1e-12
+
+
+def test_the_search_checks_the_server_in_its_own_dtype():
+    # Prepare: float32 rounds against Bulyan (f = 1): a gamma found in float64 may stop passing in float32
+    kept_all = []
+    for seed in range(45):
+        updates, bad = round_of(cluster(8, seed, torch.float32), 2)
+        rule_of_round = server({"name": "bulyan"}, 1, 10)
+        # Execute
+        out = tamper_of("tailored_bulyan", direction="unit")(updates, bad, torch.Generator(), rule=rule_of_round)
+        kept_all.append(bool(rule_of_round.kept(out)[bad].all()))
+    # Assert: every round's float32 update is in Bulyan's selection
+    assert all(kept_all), kept_all.count(False)
+
+
+def test_another_row_meets_the_attacks_own_target_with_the_trials_f():
+    # Prepare: the server runs the median (f = 2); tailored_krum (target krum) simulates Krum with f = 2
+    updates, bad = round_of(cluster(7, 0), 3)
+    out = tamper_of("tailored_krum", target="krum")(updates, bad, torch.Generator(),
+                                                     rule=server({"name": "median"}, 2, 10))
+    # Assert: Krum with the trial's f picks the malicious update
+    assert bool(make_aggregator({"name": "krum"}, f=2).kept(out)[bad].any())
 
 
 def test_tailored_krum_on_krum_goes_as_far_as_krum_still_picks_it():
-    # Prepare: 8 equidistant honest updates (squared distances 2), 2 attackers, n = 10: Krum scores k = 6
+    # Prepare: 8 equidistant honest updates (squared distances 2), 2 attackers, n = 10, f = 2: Krum scores k = 6
     # neighbours. m = mean + gamma p, p orthogonal to every mean - h_j, is at 7/8 + gamma^2 from each
     # honest update: m scores 0 (its twin) + 5 (7/8 + gamma^2); past gamma^2 = 9/8 an honest one scores 6 x 2
     updates, bad = round_of(spiky(8), 2)
-    out = tamper_of("tailored_krum", target="krum")(updates, bad, torch.Generator())
+    out = tamper_of("tailored_krum", target="krum", direction="unit")(updates, bad, torch.Generator(),
+                                                                       rule=server({"name": "krum"}, 2, 10))
     gamma = float((out[-1] - spiky(8).mean(0)).norm())
     # Assert: 5 (7/8 + gamma^2) < 12 up to gamma^2 = 12/5 - 7/8
     assert gamma == pytest.approx((12 / 5 - 7 / 8) ** 0.5, abs=1e-4)
@@ -123,8 +197,12 @@ def notebook_median_gamma(benign: np.ndarray, n_attackers: int, trimmed: bool) -
 
 
 def sent_gamma(name: str, honest: torch.Tensor, bad_count: int, **params) -> float:
+    """The gamma sent against a server that runs the mean with f = the attackers' count, as the notebooks
+    pass n_attackers to the attack (the attack then simulates its own target with that f)."""
     updates, bad = round_of(honest, bad_count)
-    return float((honest.mean(0) - tamper_of(name, **params)(updates, bad, torch.Generator())[-1]).norm())
+    rule = server({"name": "mean"}, bad_count, len(updates))
+    out = tamper_of(name, direction="unit", **params)(updates, bad, torch.Generator(), rule=rule)
+    return float((honest.mean(0) - out[-1]).norm())
 
 
 @pytest.mark.parametrize("name", ["tailored_krum", "tailored_bulyan"])
@@ -133,19 +211,19 @@ def test_reference_mode_is_the_notebooks_our_attack_mkrum(name):
     benign = gen.normal(size=(9, 4)) + np.array([1.0, -0.5, 2.0, 0.0])
     expected = notebook_mkrum_gamma(benign, 2)
     assert expected > 0
-    assert sent_gamma(name, torch.tensor(benign), 2, mode="reference") == pytest.approx(expected, abs=1e-6)
+    assert sent_gamma(name, torch.tensor(benign), 2, mode="reference", gamma_init=3.0) == pytest.approx(
+        expected, abs=1e-6)
 
 
 @pytest.mark.parametrize("rule", ["median", "trimmed_mean"])
 def test_tailored_median_reference_mode_is_the_notebooks_search(rule):
     expected = notebook_median_gamma(SPREAD.numpy(), 3, trimmed=rule == "trimmed_mean")
-    got = sent_gamma("tailored_median", SPREAD, 3, rule=rule, mode="reference")
+    got = sent_gamma("tailored_median", SPREAD, 3, rule=rule, mode="reference", gamma_init=10.0)
     assert expected > 0 and got == pytest.approx(expected, abs=1e-6)
 
 
 def test_merging_m_into_the_sorted_honest_rows_gives_the_sorted_rounds_rows():
     # Prepare: 3 honest values per column, m sent by 2 attackers (one column ties m with an honest value)
-    from fedarena.attacks.tailored import merged_rows
     ordered = torch.tensor([[1.0, -3.0], [2.0, 0.5], [4.0, 0.5]], dtype=torch.float64)
     m = torch.tensor([3.0, 0.5], dtype=torch.float64)
     # Execute: every position of the 5 sorted values
@@ -157,8 +235,6 @@ def test_merging_m_into_the_sorted_honest_rows_gives_the_sorted_rounds_rows():
 @pytest.mark.parametrize("rule", ["median", "trimmed_mean"])
 def test_the_searchs_rule_output_is_the_rule_on_the_whole_round(rule):
     # Prepare: rounds of 1-13 updates with ties, infinities and NaN, any number of attackers
-    from fedarena.attacks.base import with_rows
-    from fedarena.attacks.tailored import spread, spread_of
     gen = torch.Generator().manual_seed(0)
     for case in range(150):
         n, d = int(torch.randint(1, 14, (1,), generator=gen)), int(torch.randint(1, 40, (1,), generator=gen))
@@ -166,24 +242,25 @@ def test_the_searchs_rule_output_is_the_rule_on_the_whole_round(rule):
         x = torch.round(2 * torch.randn(n, d, generator=gen, dtype=torch.float64)) / 2
         x[torch.rand(n, d, generator=gen) < (0.05 if case % 5 == 0 else 0.0)] = float("nan")
         x[torch.rand(n, d, generator=gen) < (0.05 if case % 7 == 0 else 0.0)] = float("inf")
-        output = spread_of(rule, x, bad)
+        t = int(torch.randint(0, n // 2 + 1, (1,), generator=gen))  # the trial's f, not the attackers' count
+        output = spread_of(rule, x, bad, t)
         for m in (torch.round(2 * torch.randn(d, generator=gen, dtype=torch.float64)) / 2, x[0].clone()):
             # Execute: the merged output and the rule on the whole round with m in the attackers' rows
-            got, expected = output(m), spread(rule, with_rows(x, bad, m), int(bad.sum()))
+            got, expected = output(m), spread(rule, with_rows(x, bad, m), t)
             # Assert: the same values, NaN where a NaN is
             assert torch.equal(got.isnan(), expected.isnan())
             assert torch.equal(got.nan_to_num(7.0), expected.nan_to_num(7.0))
 
 
 def test_tailored_bulyan_paper_mode_keeps_every_attacker_in_bulyans_selection():
-    # Prepare: 8 honest, 1 attacker: Bulyan (n = 9 >= 4f + 3) picks n - 2f = 7 by iterated Krum
+    # Prepare: 8 honest, 1 attacker: Bulyan (n = 9 >= 4f + 3, f = 1) picks n - 2f = 7 by iterated Krum
     updates, bad = round_of(spiky(8), 1)
-    out = tamper_of("tailored_bulyan")(updates, bad, torch.Generator())
+    rule = server({"name": "bulyan"}, 1, 9)
+    out = tamper_of("tailored_bulyan", direction="unit")(updates, bad, torch.Generator(), rule=rule)
     gamma = float((out[-1] - spiky(8).mean(0)).norm())
     # Assert: a brute-force scan of gamma agrees on where the selection stops holding the attacker
-    from fedarena.attacks.tailored import bulyan_chosen, selection_fits
     push = out[-1] - spiky(8).mean(0)
-    fits = [selection_fits(bulyan_chosen, updates, bad, spiky(8).mean(0) + g * push / gamma)
+    fits = [holds_malicious(rule.kept(with_rows(updates, bad, spiky(8).mean(0) + g * push / gamma)), bad)
             for g in np.linspace(0.01, 3 * gamma, 300)]
     last_fit = np.linspace(0.01, 3 * gamma, 300)[np.nonzero(fits)[0].max()]
     assert gamma > 0 and last_fit == pytest.approx(gamma, abs=3 * gamma / 300)

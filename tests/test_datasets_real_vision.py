@@ -125,7 +125,7 @@ def test_fmnist_fedtilt_reads_the_same_files_with_the_fedtilt_partition(tmp_path
 def test_pixels_are_standardised_per_pixel_over_train_and_test_pooled(tmp_path):
     write_idx_dataset(tmp_path)
 
-    x, y, files = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE)
+    x, y, files, _ = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE)
 
     assert x.shape == (200, 1, 28, 28) and y.tolist()[:16] == [0] * 16 and y.tolist()[160:162] == [0, 0]
     assert np.allclose(x.mean(0), 0, atol=1e-5) and np.allclose(x.std(0), 1, atol=1e-4)
@@ -137,7 +137,7 @@ def test_unpacked_idx_file_is_read_when_torchvision_extracted_it(tmp_path):
     packed = gzip.decompress((raw / "train-labels-idx1-ubyte.gz").read_bytes())
     (raw / "train-labels-idx1-ubyte").write_bytes(packed[:8] + bytes([9] * 160))  # all 9s, unpacked copy
 
-    _, y, _ = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE)
+    _, y, _, _ = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE)
 
     assert y[:160].tolist() == [9] * 160
 
@@ -247,9 +247,10 @@ def test_cifar10_from_pickled_batches(tmp_path):
 def test_cifar_is_standardised_per_channel(tmp_path):
     write_cifar(tmp_path)
 
-    x, y, _ = vision.load_cifar_pool("cifar10", tmp_path)
+    x, y, _, raw = vision.load_cifar_pool("cifar10", tmp_path)
 
     assert x.shape == (60, 3, 32, 32) and y.tolist()[:3] == [0, 1, 2]
+    assert 0 < raw["mean"] < raw["max"] <= 1.0 and raw["std"] > 0  # the raw pixels (/ 255), every channel
     assert np.allclose(x.mean(axis=(0, 2, 3)), 0, atol=1e-5) and np.allclose(
         x.std(axis=(0, 2, 3)), 1, atol=1e-4
     )
@@ -286,7 +287,7 @@ def test_fmnist_pool_train_partitions_the_training_files_alone(tmp_path):
     write_idx_dataset(tmp_path)
     opts = {"num_clients": 4, "partition_options": {"min_size": 5}}
     # Execute
-    x, _, files = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE, train_only=True)
+    x, _, files, _ = vision.load_idx_pool("fmnist", tmp_path, vision.FMNIST_SOURCE, train_only=True)
     pooled, train_only = build("fmnist", tmp_path, **opts), build("fmnist", tmp_path, pool="train", **opts)
     # Assert
     assert x.shape[0] == 160 and all(f.name.startswith("train-") for f in files)

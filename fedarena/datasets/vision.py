@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedarena.datasets.base import FederatedDataset
+from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, raw_pixel_stats
 from fedarena.datasets.files import cifar, idx
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import data_root, size_digest
@@ -39,23 +39,25 @@ FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
 
 
 def load_idx_pool(dataset: str, root: Path, source: Source,
-                  train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
-    """Pooled images standardised per pixel, as [n, 1, 28, 28] float32, labels, files read."""
+                  train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path], dict[str, float]]:
+    """Pooled images standardised per pixel, as [n, 1, 28, 28] float32, labels, files read and the raw pixels'
+    statistics (``raw_pixel_stats``)."""
     require(dataset, source, root)
     x, y, files = idx.load_pooled(dataset, root / f"{source.name}/raw", source.how, train_only)
     flat = standardize(x.reshape(len(x), -1).astype(np.float32))
-    return flat.reshape(len(x), 1, *x.shape[1:]).astype(np.float32), y, files
+    return flat.reshape(len(x), 1, *x.shape[1:]).astype(np.float32), y, files, raw_pixel_stats(x)
 
 
 def load_cifar_pool(dataset: str, root: Path,
-                    train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path]]:
-    """Pooled images standardised per colour channel, [n, 3, 32, 32] float32, labels, files read."""
+                    train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path], dict[str, float]]:
+    """Pooled images standardised per colour channel, [n, 3, 32, 32] float32, labels, files read and the raw
+    pixels' statistics (in [0, 1], all channels together)."""
     require(dataset, CIFAR_SOURCE, root)
     x, y, files = cifar.load_pooled(dataset, root, CIFAR_SOURCE.how, train_only)
     x = x.astype(np.float32) / 255.0
     mean = x.mean(axis=(0, 2, 3), keepdims=True)
     std = np.maximum(x.std(axis=(0, 2, 3), keepdims=True), 1e-8)
-    return (x - mean) / std, y, files
+    return (x - mean) / std, y, files, raw_pixel_stats(x)
 
 
 def build_pooled(
@@ -69,8 +71,9 @@ def build_pooled(
     options: dict,
     max_samples: int | None,
 ) -> FederatedDataset:
-    """Partition a pooled (x, y, files) source with the partition cache, then split every client."""
-    x, y, files = pool
+    """Partition a pooled (x, y, files, raw pixel statistics) source with the partition cache, then split every
+    client."""
+    x, y, files, raw = pool
     token, part_rng, split_rng = seed_streams(rng)
     parts = partition_pool(
         dataset,
@@ -87,7 +90,7 @@ def build_pooled(
     source = (
         f"{dataset}|files={size_digest(files, root)}|{partition}|{sorted(options.items())}|max={max_samples}"
     )
-    meta = {"partition": partition, **options, "max_samples": max_samples}
+    meta = {"partition": partition, **options, "max_samples": max_samples, RAW_PIXELS: raw}
     return assemble(
         dataset,
         parts,

@@ -21,6 +21,7 @@ from fedarena.leaderboards.cells import (
     canonical_order,
     current_only,
     dedupe,
+    newest_cells,
     normalize,
     select_scale,
     split_status,
@@ -55,6 +56,7 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
     relabelled = relabel_notes(finished)
     finished, chosen, other_scales = select_scale(normalize(finished), scale)
     finished, superseded = dedupe(finished)
+    finished, earlier_cells = newest_cells(finished)
     finished = canonical_order(finished)
     notes = [f"Scale: {chosen}."] if chosen else []
     if counts["in_progress"]:
@@ -65,6 +67,9 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
         notes.append(f"{other_scales} run(s) at other scales than {chosen!r} are left out.")
     if superseded:
         notes.append(f"{superseded} earlier run(s) of a cell and seed were superseded by a re-run.")
+    if earlier_cells:
+        notes.append(f"{earlier_cells} run(s) of an earlier configuration of a table position were superseded by "
+                     f"the suite's later one.")
     if stale:
         notes.append(f"{stale} stale run(s), computed at other component versions than today's, are left out.")
     return finished, notes + relabelled

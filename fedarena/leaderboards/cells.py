@@ -135,6 +135,20 @@ def dedupe(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return kept, len(runs) - len(kept)
 
 
+def newest_cells(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Where a table position holds runs of several cells (the suite's entry for it changed: another config,
+    or another component version), keep the cell run most recently; returns the runs and how many of an
+    earlier cell were left out."""
+    if "cell_hash" not in runs or "start_time" not in runs or runs.empty:
+        return runs, 0
+    keyed = runs[runs["cell_hash"].notna()]
+    newest = keyed.groupby([*POSITION, "cell_hash"], dropna=False, sort=False)["start_time"].max().reset_index()
+    newest = newest.sort_values("start_time", kind="stable").drop_duplicates(list(POSITION), keep="last")
+    current = set(newest["cell_hash"])
+    keep = runs["cell_hash"].isna() | runs["cell_hash"].isin(current)
+    return runs[keep], int((~keep).sum())
+
+
 def canonical_order(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs sorted by cell (in the tables' order), variant and seed: a mean over seeds then sums in one order,
     ties are broken alike and the tidy CSVs list cells as the tables do, whatever order the store returns runs

@@ -10,11 +10,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
 
 import numpy as np
 import torch
 
+from fedarena.attacks.base import RoundRule
 from fedarena.methods.aggregators import RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
@@ -211,7 +211,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     aggregate = trial.aggregate and trial.aggregate.for_round(
         round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
     stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
-    stacked = _tamper(trial, stacked, ids, t, partial(_server_rule, aggregate, info))
+    stacked = _tamper(trial, stacked, ids, t, RoundRule(aggregate, info.weights, info.losses))
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, aggregate)
     finite = _all_finite(w_new) and _rows_finite(clients, rows)
     if not finite:  # drop the whole round: global model and the per-client rows it touched
@@ -234,24 +234,13 @@ def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
             clients[key].index_copy_(0, rows, old)
 
 
-def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int,
-            rule: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, rule: RoundRule) -> torch.Tensor:
     effect = trial.threat.effect
     bad = torch.as_tensor(trial.threat.malicious[ids], device=updates.device)
     if effect.tamper is None or not effect.active(round_idx) or not bool(bad.any()):
         return updates
     gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
     return effect.tamper(updates, bad, gen, rule=rule) if effect.needs_rule else effect.tamper(updates, bad, gen)
-
-
-def _server_rule(aggregate, info: ServerInfo, updates: torch.Tensor) -> torch.Tensor:
-    """The round's server rule as an adaptive attacker queries it (the plain mean for a method without one);
-    a query leaves the server's state as it is (the rule gets a copy of it)."""
-    if aggregate is None:
-        return updates.mean(0)
-    if aggregate.round is not None and aggregate.round.server is not None:
-        aggregate = aggregate.for_round(replace(aggregate.round, server=dict(aggregate.round.server)))
-    return aggregate(updates, info.weights, info.losses)
 
 
 def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tensor:

@@ -42,6 +42,9 @@ class AggregatorEntry:
     uses_weights: bool = False  # reads the aggregation weights (the others are uniform by definition)
     needs_round: bool = False  # reads ``round``, the round's RoundDraw
     needs_root: bool = False  # reads ``round.root_update``, the server's update on its root data (engine-made)
+    # selects(updates, *, f, [round,] **hyperparameters) -> the indices of the rows a selection rule keeps (Krum,
+    # multi-Krum, Bulyan): what an attack tailored to the rule checks; None for a rule that selects no rows
+    selects: Callable[..., torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,14 @@ def check_common(n: int, f: int, **params) -> None:
 
 def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False,
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
-               effective: dict[str, Callable] | None = None):
+               effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
-    (bump it with any change of its numbers) and the values its null hyperparameters stand for
-    (``Registry.add``)."""
+    (bump it with any change of its numbers), the values its null hyperparameters stand for
+    (``Registry.add``) and, for a rule that keeps some rows, the function that says which (``selects``)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
-                                              uses_weights, needs_round, needs_root), version=version,
+                                              uses_weights, needs_round, needs_root, selects), version=version,
                         effective=effective)
         return fn
 

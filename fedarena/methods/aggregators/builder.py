@@ -58,10 +58,31 @@ class Aggregator:
         clients (TERM, q-FFL, AFL, FedTilt); see ``with_client_weights``."""
         if client_weights is not None:
             updates, weights = self.with_client_weights(updates, weights, client_weights)
-        for pre_aggregate in self.pre_fns:
-            updates = pre_aggregate(updates)
+        updates = self.pre_aggregated(updates)
         extra = {"round": self.round} if self.entry.needs_round else {}
         return self.entry.rule(updates, weights=weights, losses=losses, f=self.f, **extra, **self.params)
+
+    def pre_aggregated(self, updates: torch.Tensor) -> torch.Tensor:
+        """The updates after the pre-aggregators, in order (what the rule itself sees)."""
+        for pre_aggregate in self.pre_fns:
+            updates = pre_aggregate(updates)
+        return updates
+
+    @property
+    def selects(self) -> bool:
+        """Whether the rule keeps some of the rows (Krum, multi-Krum, Bulyan): ``kept`` says which."""
+        return self.entry.selects is not None
+
+    def kept(self, updates: torch.Tensor) -> torch.Tensor:
+        """bool [n]: the rows the rule keeps, after its pre-aggregators, with its f and hyperparameters and the
+        round's draw, as the rule itself would (what an attack tailored to it checks)."""
+        if self.entry.selects is None:
+            raise ConfigError(f"aggregator {self.name!r} keeps no subset of the rows; it has no selection to check")
+        extra = {"round": self.round} if self.entry.needs_round else {}
+        rows = self.entry.selects(self.pre_aggregated(updates), f=self.f, **extra, **self.params)
+        mask = torch.zeros(updates.shape[0], dtype=torch.bool, device=updates.device)
+        mask[rows.to(updates.device)] = True
+        return mask
 
     def with_client_weights(self, updates: torch.Tensor, weights: torch.Tensor,
                             p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

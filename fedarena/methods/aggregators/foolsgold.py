@@ -60,9 +60,16 @@ def foolsgold_weights(histories: torch.Tensor) -> torch.Tensor:
     return (torch.log(wv / (1 - wv)) + 0.5).clamp(0, 1)  # log(0) = -inf: weight 0
 
 
-@aggregator("foolsgold", check=check_common, needs_round=True)
+def at_most_unit_norm(updates: torch.Tensor) -> torch.Tensor:
+    """Every row scaled to L2 norm at most 1 (u / ||u|| where ||u|| > 1), as the reference code normalises a
+    client's update before it enters the history and the aggregate."""
+    norms = updates.norm(dim=1, keepdim=True)
+    return torch.where(norms > 1, updates / norms.clamp_min(1e-30), updates)
+
+
+@aggregator("foolsgold", check=check_common, needs_round=True, version=2)
 def foolsgold(
-    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
+    updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, unit_norm: bool = True,
     round: RoundDraw | None = None,
 ) -> torch.Tensor:
     """FoolsGold (Fung et al., RAID 2020, Algorithm 1 without its optional feature-importance weighting, as
@@ -72,9 +79,13 @@ def foolsgold(
     ``foolsgold_weights`` of the selected clients' histories (cosine similarity, pardoning, max-normalisation,
     logit); the aggregate sum_i w_i u_i / sum_i w_i of the round's updates. The reference adds sum_i w_i u_i
     unnormalised; here the weights are normalised, so the result is a weighted mean (the uniform mean if every
-    weight is 0). f and the aggregation weights are not read. Called directly (no round), the histories are
-    the updates themselves."""
+    weight is 0). ``unit_norm`` (default, as the reference code, ``ML/code/ML_*.py``): every update is first
+    scaled to L2 norm at most 1, and that is what the history sums and the aggregate averages; false: the
+    raw updates (version 1's rule). f and the aggregation weights are not read. Called directly (no round),
+    the histories are the updates themselves."""
     check_updates(updates, f)
+    if unit_norm:
+        updates = at_most_unit_norm(updates)
     trust = foolsgold_weights(accumulate_history(updates, round))
     if not bool(trust.sum() > 0):
         return updates.mean(dim=0)

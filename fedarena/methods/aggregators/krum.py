@@ -56,7 +56,14 @@ def krum_order(updates: torch.Tensor, f: int, reference_mode: bool, draw: RoundD
     return (draw or RoundDraw.rows_in_order(updates.shape[0])).draw_sorted(scores)
 
 
-@aggregator("krum", check=check_krum, needs_round=True)
+def krum_selection(updates: torch.Tensor, *, f: int, reference_mode: bool = False,
+                   round: RoundDraw | None = None) -> torch.Tensor:
+    """The one row Krum returns (``krum``), as a [1] index tensor."""
+    check_krum(check_updates(updates, f), f, reference_mode=reference_mode)
+    return krum_order(updates, f, reference_mode, round)[:1]
+
+
+@aggregator("krum", check=check_krum, needs_round=True, selects=krum_selection)
 def krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     reference_mode: bool = False, round: RoundDraw | None = None,
@@ -67,9 +74,7 @@ def krum(
     (f = 5 of n = 10), it runs when 2f + 2 >= n, outside the paper's guarantee. ``reference_mode`` (Ditto's
     reference ``krum_average``): where n - f - 2 < 1, score k = 0 neighbours (every score is 0), and break
     ties by the round's draw order: at k = 0 Krum returns the update of the client drawn first."""
-    n = check_updates(updates, f)
-    check_krum(n, f, reference_mode=reference_mode)
-    return updates[krum_order(updates, f, reference_mode, round)[0]].clone()
+    return updates[krum_selection(updates, f=f, reference_mode=reference_mode, round=round)[0]].clone()
 
 
 def multi_krum_size(n: int, f: int, m: int | None) -> int:
@@ -85,7 +90,15 @@ def check_multi_krum(n: int, f: int, *, m: int | None = None, reference_mode: bo
         raise ConfigError(f"multi_krum averages m updates and needs 1 <= m <= n = {n}, got m={size}")
 
 
-@aggregator("multi_krum", check=check_multi_krum, needs_round=True,
+def multi_krum_selection(updates: torch.Tensor, *, f: int, m: int | None = None, reference_mode: bool = False,
+                         round: RoundDraw | None = None) -> torch.Tensor:
+    """The m rows ``multi_krum`` averages."""
+    n = check_updates(updates, f)
+    check_multi_krum(n, f, m=m, reference_mode=reference_mode)
+    return krum_order(updates, f, reference_mode, round)[: multi_krum_size(n, f, m)]
+
+
+@aggregator("multi_krum", check=check_multi_krum, needs_round=True, selects=multi_krum_selection,
             effective={"m": lambda facts: None if facts.f is None else facts.n - facts.f})
 def multi_krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None,
@@ -95,9 +108,7 @@ def multi_krum(
     lowest-score updates, m = n - f by default (Ditto's reference ``mkrum_average``); m = 1 is Krum. Like
     Krum, raises where n - f - 2 < 1, unless ``reference_mode`` (k = 0 there, ties in the round's draw
     order: the mean of the first m clients drawn)."""
-    n = check_updates(updates, f)
-    check_multi_krum(n, f, m=m, reference_mode=reference_mode)
-    return subset_mean(updates, krum_order(updates, f, reference_mode, round)[: multi_krum_size(n, f, m)])
+    return subset_mean(updates, multi_krum_selection(updates, f=f, m=m, reference_mode=reference_mode, round=round))
 
 
 def check_bulyan(n: int, f: int, **params) -> None:
@@ -136,15 +147,20 @@ def closest_to_median_mean(block: torch.Tensor, keep: int) -> torch.Tensor:
     return ((block.sum(dim=1, dtype=torch.float64) - dropped) / keep).to(block.dtype)
 
 
-@aggregator("bulyan", check=check_bulyan)
+def bulyan_selection(updates: torch.Tensor, *, f: int) -> torch.Tensor:
+    """The theta = n - 2f rows Bulyan chooses by iterated Krum (``iterated_krum``), in the order chosen."""
+    n = check_updates(updates, f)
+    check_bulyan(n, f)
+    return iterated_krum(pairwise_sq_distances(updates), f, n - 2 * f)
+
+
+@aggregator("bulyan", check=check_bulyan, selects=bulyan_selection)
 def bulyan(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
     """Bulyan over Krum (El Mhamdi et al. 2018): choose theta = n - 2f updates by iterated Krum (see
     ``iterated_krum``), then in every coordinate average the beta = theta - 2f values closest to the
     coordinate-wise median of the chosen ones (np.median convention for even theta). Needs n >= 4f + 3."""
-    n = check_updates(updates, f)
-    check_bulyan(n, f)
-    theta = n - 2 * f
-    selected = iterated_krum(pairwise_sq_distances(updates), f, theta)
+    selected = bulyan_selection(updates, f=f)
+    theta = updates.shape[0] - 2 * f
     return columnwise(lambda block: closest_to_median_mean(block[:, selected], theta - 2 * f), updates)
