@@ -1,4 +1,4 @@
-"""The ``fedarena`` command: run, bench, leaderboard, ui, data."""
+"""The ``fedarena`` command: run, bench, leaderboard, ui, data; a thin layer over ``fedarena.api``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from fedarena.bench.commands import add_include
 from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
 from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
@@ -31,9 +32,17 @@ def add_run_parser(sub) -> None:
         p.add_argument("--" + flag.replace("_", "-"), type=kind, dest=flag, help=f"sets {key}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any setting, e.g. lam=0.1, dataset.num_clients=50, aggregator.eps=0.5")
-    p.add_argument("--out", type=_result_file, required=True, help="result JSON file")
+    p.add_argument("--out", type=_result_file, help="result JSON file (optional with --track)")
+    p.add_argument("--track", action="store_true", help="also record the run in the tracking store, like a "
+                                                        "benchmark trial (experiment --experiment)")
+    p.add_argument("--experiment", default="adhoc", help="the store's experiment of a tracked run (default adhoc)")
+    p.add_argument("--tracking-uri", help="MLflow store of --track (default: $MLFLOW_TRACKING_URI or ./mlflow.db)")
+    add_include(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+
+
 
 
 def _result_file(text: str) -> Path:
@@ -45,31 +54,35 @@ def _result_file(text: str) -> Path:
 
 
 def config_from_args(args) -> ExperimentConfig:
-    from fedarena.sections import section_keys  # torch and the registries: not needed by `fedarena --help`
+    """The resolved config of ``fedarena run``'s file, flags and ``--set`` pairs (resolved once)."""
+    from fedarena.api import make_config  # torch and the registries: not needed by `fedarena --help`
 
     data = ExperimentConfig().to_dict()
     if args.config:
         loaded = read_yaml_file(args.config) or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{args.config}: expected a mapping of config keys, got {type(loaded).__name__}")
-        data = ExperimentConfig.from_dict({**data, **loaded}).to_dict()
+        data = {**data, **loaded}
     for flag, key in RUN_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:
             apply_override(data, key, value, {})
-    cfg = ExperimentConfig.from_dict(data)
+    sets = []
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        apply_override(data, key.strip(), parse_value(text), section_keys(cfg))
-        cfg = ExperimentConfig.from_dict(data)
-    return cfg
+        sets.append((key.strip(), parse_value(text)))
+    return make_config(data, sets)
 
 
 def cmd_run(args) -> int:
-    from fedarena.simulation.runner import run_experiment, write_result
+    from fedarena import api
+    from fedarena.simulation.runner import write_result
 
+    if args.out is None and not args.track:
+        raise ConfigError("fedarena run needs --out FILE (the result JSON), --track (record it in the store), or both")
+    api.load_plugins(args.include)  # before the config: its names may be a plugin's
     bars = []
 
     def start(trial):
@@ -81,12 +94,17 @@ def cmd_run(args) -> int:
         if metrics:
             bars[0].set_postfix(acc=f"{metrics['acc_pooled']:.3f}", std=f"{metrics['acc_std']:.3f}")
 
-    result = run_experiment(config_from_args(args), on_round=on_round, start=start)
-    bars[0].close()
-    write_result(result, args.out)
-    final = result["final"]
+    result = api.run(config_from_args(args), include=args.include, track=args.track, experiment=args.experiment,
+                     tracking_uri=args.tracking_uri, on_round=on_round, start=start)
+    for bar in bars:
+        bar.close()
+    if args.out is not None:
+        write_result(result.record, args.out)
+    final = result.final
+    where = " ".join(filter(None, [f"-> {args.out}" if args.out else "",
+                                   f"(run {result.run_id} in experiment {args.experiment!r})" if result.run_id else ""]))
     print(f"round {final['round']}: acc_pooled={final['acc_pooled']:.4f} acc_std={final['acc_std']:.4f} "
-          f"diverged={final['diverged']} -> {args.out}")
+          f"diverged={final['diverged']} {where}")
     return 0
 
 

@@ -16,13 +16,40 @@ that runs of the old behaviour are never taken for runs of the new one.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import importlib
 import pkgutil
+import weakref
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a registered entry comes from, when not from fedarena's own tree: a plugin (``fedarena.plugins``),
+    named by ``label`` (its path or entry point) with the hash of its source files (``digest``)."""
+
+    label: str
+    digest: str
+
+
+# The plugin being imported right now (set by ``fedarena.plugins`` around its import): what it registers is its
+_LOADING: contextvars.ContextVar[Origin | None] = contextvars.ContextVar("fedarena_loading_plugin", default=None)
+
+
+@contextlib.contextmanager
+def loading(origin: Origin):
+    """Within the block, every entry registered comes from ``origin``."""
+    token = _LOADING.set(origin)
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
 
 
 class UnknownNameError(KeyError):
@@ -39,11 +66,15 @@ class DuplicateNameError(ValueError):
 class Registry(Generic[T]):
     """A name -> object mapping for one kind of component."""
 
+    instances: weakref.WeakSet[Registry] = weakref.WeakSet()  # every registry: a failed plugin's entries go
+
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, T] = {}
         self._versions: dict[str, int] = {}
         self._effective: dict[str, dict[str, Callable]] = {}
+        self._origins: dict[str, Origin | None] = {}
+        Registry.instances.add(self)
 
     def register(self, name: str, *, version: int = 1, effective: dict[str, Callable] | None = None
                  ) -> Callable[[T], T]:
@@ -58,17 +89,31 @@ class Registry(Generic[T]):
         of the trial's ``params.TrialFacts`` giving the value null stands for (None where the facts do not
         tell), so that a trial giving that value explicitly has the same identity."""
         if name in self._entries:
-            raise DuplicateNameError(f"duplicate {self.kind} name {name!r}: it is already registered")
+            where = self._origins.get(name)
+            raise DuplicateNameError(f"{self.kind} {name!r} is already registered "
+                                     f"({'by plugin ' + where.label if where else 'built-in'})")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise ValueError(f"{self.kind} {name!r}: version must be a whole number >= 1, got {version!r}")
         self._entries[name] = obj
         self._versions[name] = version
         self._effective[name] = dict(effective or {})
+        self._origins[name] = _LOADING.get()
 
-    def version(self, name: str) -> int:
-        """The entry's version (what a change of its numbers bumps)."""
+    def version(self, name: str) -> int | str:
+        """The entry's version (what a change of its numbers bumps); a plugin's entry adds its source identity,
+        ``"1+src:<hash>"``, so that an edited plugin's runs are never taken for the new source's."""
         self.get(name)
-        return self._versions[name]
+        origin = self._origins[name]
+        return self._versions[name] if origin is None else f"{self._versions[name]}+src:{origin.digest[:12]}"
+
+    def origin(self, name: str) -> Origin | None:
+        """The plugin that registered the entry (None: built in)."""
+        self.get(name)
+        return self._origins[name]
+
+    def from_origin(self, origin: Origin) -> list[str]:
+        """The names a plugin registered here."""
+        return [name for name, where in self._origins.items() if where == origin]
 
     def effective(self, name: str) -> dict[str, Callable]:
         """The entry's null-default resolvers (see ``add``)."""
@@ -92,6 +137,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(self.unknown_message(name))
         self._versions.pop(name, None)
         self._effective.pop(name, None)
+        self._origins.pop(name, None)
         return self._entries.pop(name)
 
     def names(self) -> list[str]:

@@ -58,6 +58,7 @@ SUITE_EDITS = {  # suite file -> (text replaced, replacement) in SUITE_BASE
     "section_text": ("method: {name: global}", "method: ditto"),
     "fixed_seed": ("scales:", "fixed: {seed: 1}\nscales:"),
     "checkpoint": ("smoke: {fixed", "smoke: {checkpoint_every: -1, fixed"),
+    "include": ("scales:", "include: [nosuch_plugin.py]\nscales:"),
 }
 FILES = {
     "syntax.yaml": "rounds: [1, 2\n",
@@ -69,6 +70,19 @@ FILES = {
     "suite_scalar.yaml": "42\n",
     "suite_other.yaml": SUITE_BASE.format(name="another_name"),
     "not_a_db.db": "plain text, not SQLite\n",
+    # plugins that cannot load, or whose component breaks its kind's contract
+    "plugin_typo.py": "from fedarena import aggregator\n\nVALUE = undefined_name + 1\n",
+    "plugin_duplicate.py": ("from fedarena import aggregator, check_updates\n\n@aggregator('median')\n"
+                            "def median(updates, *, weights, losses, f):\n    return updates.mean(0)\n"),
+    "plugin_first_row.py": ("from fedarena import aggregator\n\n@aggregator('bad_first_row')\n"
+                            "def first_row(updates, *, weights, losses, f):\n    return updates[0]\n"),
+    "plugin_shape.py": ("from fedarena import aggregator\n\n@aggregator('bad_shape')\n"
+                        "def all_rows(updates, *, weights, losses, f):\n    return updates\n"),
+    "plugin_float64.py": ("import torch\nfrom fedarena import aggregator\n\n@aggregator('bad_dtype')\n"
+                          "def mean64(updates, *, weights, losses, f):\n    return updates.double().mean(0)\n"),
+    "plugin_attack.py": ("from fedarena import attack, Effect\n\n@attack('bad_tamper')\n"
+                         "def build(dataset, malicious, rng):\n    return Effect(dataset, tamper=lambda u, bad, gen: u * 2)\n"),
+    "plugin_text.txt": "not python\n",
     **{f"{name}.yaml": SUITE_BASE.format(name=name).replace(*edit, 1) for name, edit in SUITE_EDITS.items()},
 }
 ALL = {  # registry kind -> its names, for "the message lists every allowed name"
@@ -79,8 +93,26 @@ ALL = {  # registry kind -> its names, for "the message lists every allowed name
 
 # (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
 # empty MLflow store there, "{PORT}" a free port
+INCLUDE = ("--include", "{T}/plugin_typo.py")
 RUN = [
-    (("run",), ["required: --out"]),
+    (("run",), ["needs --out FILE (the result JSON), --track (record it in the store), or both"]),
+    (("run", *OUT, "--include", "{T}/nosuch.py"), ["plugin {T}/nosuch.py (--include): no such file or folder"]),
+    (("run", *OUT, "--include", "{T}/plugin_text.txt"), ["a plugin is a .py file or a package folder"]),
+    (("run", *OUT, *INCLUDE), ["plugin {T}/plugin_typo.py: import failed at plugin_typo.py:3",
+                               "(`VALUE = undefined_name + 1`): NameError"]),
+    (("run", *OUT, "--include", "{T}/plugin_duplicate.py"),
+     ["plugin {T}/plugin_duplicate.py: registers at plugin_duplicate.py:3", "aggregator 'median' is already "
+      "registered (built-in)"]),
+    (("run", *OUT, "--include", "{T}/plugin_first_row.py"),
+     ["aggregator 'bad_first_row' breaks the aggregator contract: it is not permutation invariant"]),
+    (("run", *OUT, "--include", "{T}/plugin_shape.py"),
+     ["aggregator 'bad_shape' breaks the aggregator contract: it returns torch.Size([7, 5])"]),
+    (("run", *OUT, "--include", "{T}/plugin_float64.py"),
+     ["aggregator 'bad_dtype' breaks the aggregator contract: in torch.float32 it returns torch.float64"]),
+    (("run", *OUT, "--include", "{T}/plugin_attack.py"),
+     ["attack 'bad_tamper' breaks the attack contract: its tamper changes benign devices' updates"]),
+    (("run", "--track", "--experiment", "two words", "--rounds", "1", "--tracking-uri", "sqlite:///{T}/missing/m.db"),
+     ["the folder", "missing does not exist"]),
     (("run", *OUT, "--config", "{T}/missing.yaml"), ["cannot read", "missing.yaml"]),
     (("run", *OUT, "--config", "{T}"), ["cannot read", "Is a directory"]),
     (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
@@ -130,6 +162,9 @@ BENCH = [
     (("bench",), ["required: bench_command"]),
     (("bench", "nosuch"), ["invalid choice: 'nosuch' (choose from", "'list', 'run'"]),
     (("bench", "list", "--no-check=1"), ["argument --no-check: ignored explicit argument '1'"]),
+    (("bench", "list", *INCLUDE), ["plugin {T}/plugin_typo.py: import failed at plugin_typo.py:3"]),
+    ((*SMOKE, *INCLUDE), ["plugin {T}/plugin_typo.py: import failed at plugin_typo.py:3"]),
+    (("bench", "run", "{T}/include.yaml"), ["plugin {T}/nosuch_plugin.py (--include): no such file or folder"]),
     (("bench", "run"), ["required: suite"]),
     (("bench", "run", "smok"), ["unknown suite 'smok' (did you mean 'smoke'?); available:"]),
     (("bench", "run", "{T}/missing.yaml"), ["missing.yaml: suite file not found"]),
@@ -211,6 +246,7 @@ DATA = [
     (("data", "info", "fmnist", "--data-dir", "{T}/syntax.yaml"), ["argument --data-dir:", "is a file"]),
     (("data", "info", "fmnist", "--json=1"), ["argument --json: ignored explicit argument '1'"]),
     (("data", "info", "fmnist", "--no-verify=1"), ["argument --no-verify: ignored explicit argument '1'"]),
+    (("data", "list", *INCLUDE), ["plugin {T}/plugin_typo.py: import failed at plugin_typo.py:3"]),
 ]
 REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind (message lists every name)
     "dataset": (("data", "info", "nosuch"), ["unknown dataset 'nosuch'; available:"]),

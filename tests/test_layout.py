@@ -8,13 +8,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "fedarena"
 LAYERS = [  # lowest first; a module may import its own package and anything in a lower layer
-    {"registry", "params", "errors"},
+    {"registry", "params", "errors", "plugins"},  # plugins: imports a user's module under its origin
     {"config", "datasets", "models"},
     {"methods", "attacks"},
     {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
-    {"simulation"},
+    {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "report", "perf", "examples"},
+    {"bench", "leaderboards", "report", "perf", "examples", "api"},  # api: the Python API the commands call
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow

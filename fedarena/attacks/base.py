@@ -134,6 +134,12 @@ class ThreatModel:
 ATTACKS: Registry[Callable[..., Effect]] = Registry("attack")
 
 
+def attack(name: str, *, version: int = 1, effective: dict[str, Callable] | None = None):
+    """Register ``build(dataset, malicious, rng, *, **hyperparameters) -> Effect`` as attack ``name`` with its
+    version (bump it with any change of its numbers)."""
+    return ATTACKS.register(name, version=version, effective=effective)
+
+
 @ATTACKS.register("none")
 def no_attack(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
     """Clean training (level must be 0)."""

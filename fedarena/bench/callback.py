@@ -24,6 +24,7 @@ from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
+from fedarena.simulation.metrics import plugin_metric_directions
 from fedarena.tracking.labels import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     BACKEND_USED,
@@ -35,6 +36,7 @@ from fedarena.tracking.runs import (
     FAILURES,
     FINISHED,
     KILLED,
+    METRIC_DIRECTIONS_TAG,
     PERMANENT,
     RESUMED_FROM,
     TRANSIENT,
@@ -81,6 +83,8 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
             "dataset_name": spec.config.dataset["name"], **versions}
     if spec.select_group:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
+    if plugin_metric_directions():
+        tags[METRIC_DIRECTIONS_TAG] = json.dumps(plugin_metric_directions(), sort_keys=True)
     return tags
 
 

@@ -23,6 +23,7 @@ def add_parser(sub) -> None:
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     listing = bench_sub.add_parser("list", help="the shipped suites with their trial counts per scale")
     listing.add_argument("--no-check", action="store_true", help="counts only; skip validating the trials")
+    add_include(listing)
     listing.set_defaults(func=cmd_list)
     _add_run_parser(bench_sub)
     ui = sub.add_parser("ui", help="start the MLflow UI on the benchmark's tracking store")
@@ -53,7 +54,15 @@ def _add_run_parser(bench_sub) -> None:
                    help="validate, build every trial's plan without training, and show it; run nothing")
     p.add_argument("--retry-failed", action="store_true",
                    help="also run trials that failed before with an error a retry cannot fix (skipped by default)")
+    add_include(p)
     p.set_defaults(func=cmd_bench_run)
+
+
+def add_include(parser) -> None:
+    """``--include PATH`` (repeatable): a plugin file or package (``fedarena.plugins``)."""
+    parser.add_argument("--include", action="append", default=[], metavar="PATH",
+                        help="a plugin: a .py file or a package folder registering components (repeatable; "
+                             "also $FEDARENA_INCLUDE and installed fedarena.plugins entry points)")
 
 
 def _number(kind: type, low: float, high: float | None = None, above: bool = False):
@@ -85,17 +94,17 @@ def _seeds(text: str) -> tuple[int, ...]:
 
 def cmd_bench_run(args) -> int:
     from fedarena.bench.guard import SIGTERM_EXIT  # the store was checked first (``cli.check_store_early``)
-    from fedarena.bench.runner import BenchOptions, run_bench
+    from fedarena.bench.runner import benchmark
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # store creation and migrations log at INFO
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
-    options = BenchOptions(
-        args.suite, args.scale, args.dataset, args.seeds, args.cpus_per_trial, args.gpus_per_trial,
-        args.max_concurrent, args.max_failures, args.checkpoint_every, args.storage, args.tracking_uri,
-        args.num_cpus, args.dry_run, args.retry_failed,
+    summary = benchmark(
+        args.suite, args.scale, include=args.include, tracking_uri=args.tracking_uri, dataset=args.dataset,
+        seeds=args.seeds, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        max_concurrent=args.max_concurrent, max_failures=args.max_failures, checkpoint_every=args.checkpoint_every,
+        storage=args.storage, num_cpus=args.num_cpus, dry_run=args.dry_run, retry_failed=args.retry_failed,
     )  # fmt: skip
-    summary = run_bench(options)
     code = SIGTERM_EXIT if summary.terminated else 0 if summary.ok else 2 if summary.unbuildable else 1
     if summary.ray_stuck:  # Ray's processes are gone and its exit handlers would wait for them: leave now
         sys.stdout.flush()
@@ -133,7 +142,9 @@ def _problem(suite, scale: str, expand) -> str | None:
 
 def cmd_list(args) -> int:
     from fedarena.bench.coverage import coverage, coverage_lines, shipped_suites
+    from fedarena.contracts import load_checked
 
+    load_checked(args.include)
     rows = suite_rows(check=not args.no_check)
     print(f"{'suite':<16}{'smoke':>7}{'quick':>7}{'paper':>7}  reference")
     for name, counts, reference, _ in rows:

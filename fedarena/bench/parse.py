@@ -22,6 +22,7 @@ from fedarena.bench.suite import (
 )
 from fedarena.bench.validate import check_suite_entries
 from fedarena.config import SECTIONS, read_yaml_file
+from fedarena.contracts import load_checked
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import published_tables
 from fedarena.suites import SUITES
@@ -34,6 +35,7 @@ def read_suite(path: Path, check_names: bool = True) -> Suite:
     except ConfigError as err:
         raise SuiteError(str(err)) from None
     suite = parse_suite(data, path)
+    load_checked(suite.include)  # its components may come from its plugins
     if check_names:
         check_suite_entries(suite)
     return suite
@@ -137,8 +139,19 @@ def parse_suite(data: Any, path: Path) -> Suite:
         r.patch(r.mapping(data.get("fixed") or {}, "fixed"), "fixed"), methods, attacks,
         _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
-        _reproduces(r, data.get("reproduces")),
+        _reproduces(r, data.get("reproduces")), _include(r, data.get("include"), path),
     )  # fmt: skip
+
+
+def _include(r: _Reader, value: Any, path: Path) -> tuple[Path, ...]:
+    """``include: [paths]``: plugin files or packages, relative to the suite file."""
+    if value is None:
+        return ()
+    items = r.items(value, "include")
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            r.fail(f"include[{i}]", f"a plugin is a path to a .py file or a package folder, got {item!r}")
+    return tuple((path.parent / item).resolve() for item in items)
 
 
 def _reproduces(r: _Reader, value: Any) -> dict[str, tuple[int, ...]]:

@@ -61,13 +61,15 @@ from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
+from fedarena.contracts import load_checked
+from fedarena.plugins import shipped
 from fedarena.simulation.runner import code_version
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
 from fedarena.tracking.store import check_store, suite_experiment
 
-__all__ = ["BenchError", "BenchOptions", "BenchSummary", "run_bench"]
+__all__ = ["BenchError", "BenchOptions", "BenchSummary", "benchmark", "run_bench"]
 
 RAY_SHUTDOWN_S = 15.0
 # MLflow's HTTP client retries a failed request 7 times with exponential backoff (about 4 minutes, and up to
@@ -100,6 +102,7 @@ class BenchOptions:
     # called in each trial's process after every round: hook(trial_name, resumed_from_round, round), e.g. to
     # inject faults (tests) or watch progress; it must be picklable (Ray ships it to the workers)
     round_hook: Callable[[str, int, int], None] | None = None
+    include: tuple[str, ...] = ()  # plugin files or packages (``fedarena.plugins``; also FEDARENA_INCLUDE, entry points)
 
 
 @dataclass
@@ -169,9 +172,18 @@ def open_store(explicit_uri: str | None, suite: str) -> tuple[RunStore, str]:
     return RunStore(client, suite_experiment(client, uri, suite)), uri
 
 
+def benchmark(suite: str | Path, scale: str = "quick", *, include=(), tracking_uri: str | None = None,
+              printer: Printer | None = None, **options) -> BenchSummary:
+    """``fedarena bench run`` (``fedarena.benchmark``): a suite at a scale on Ray Tune, tracked in MLflow
+    (``options``: the other ``BenchOptions``, e.g. ``seeds``, ``storage``, ``dry_run``)."""
+    return run_bench(BenchOptions(str(suite), scale, tracking_uri=tracking_uri, include=tuple(map(str, include)),
+                                  **options), printer)
+
+
 def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSummary:
     """Validate, plan and run a suite at a scale (see the module docstring); returns the counts."""
     printer = printer or Printer()
+    load_checked(options.include)  # before the suite: its names may be a plugin's
     suite = load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
@@ -334,7 +346,8 @@ def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
 def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback,
            scale_every: int | None = None, scratch: Path | None = None):
     """One Tune trial per planned run. The trials' Tune configs hold only index, hash and name; the payloads
-    (configs) reach the trainable through Ray's object store, once (Tune copies and saves configs often)."""
+    (configs) and the plugins' sources reach the trainable through Ray's object store, once (Tune copies and
+    saves configs often); every worker imports those plugins before it builds a trial."""
     from ray import tune
 
     payloads, keys = {}, []
@@ -353,7 +366,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
     # checkpoint (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
     keep = CHECKPOINTS_KEPT if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
     return tune.Tuner(
-        tune.with_resources(tune.with_parameters(run_trial, payloads=payloads), resources),
+        tune.with_resources(tune.with_parameters(run_trial, payloads=payloads, plugins=shipped()), resources),
         param_space={"trial": tune.grid_search(keys)},
         tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
                                     trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),

@@ -7,6 +7,7 @@ one without a name sets keys inside it)::
     name: robustness                  # must equal the file name
     description: ...
     reference: Ditto Table 1, Figure 3   # prose, for people (bench list prints it)
+    include: [my_rules.py, ../plugins/mypkg]   # plugins (fedarena.plugins), paths relative to this file
     reproduces: {ditto: [1]}          # the published tables whose cells the paper scale makes (bench list counts them)
     fixed: {patch}                    # every trial, every scale
     methods:                          # axis: label (the table row) + patch
@@ -55,8 +56,8 @@ from fedarena.config import SCALES as SCALES  # noqa: F401  (re-exported: a suit
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 
-SUITE_KEYS = ("name", "description", "reference", "reproduces", "fixed", "methods", "attacks", "exclude", "overrides",
-              "scales")
+SUITE_KEYS = ("name", "description", "reference", "reproduces", "include", "fixed", "methods", "attacks", "exclude",
+              "overrides", "scales")
 SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides",
               "checkpoint_every")
 SELECT_KEYS = ("by", "over", "scales")
@@ -147,3 +148,4 @@ class Suite:
     overrides: tuple[Rule, ...]
     scales: dict[str, Scale]
     reproduces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # paper id -> its tables the paper scale makes
+    include: tuple[Path, ...] = ()  # plugin files or packages the suite's components come from

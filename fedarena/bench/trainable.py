@@ -44,6 +44,7 @@ from ray import tune
 from fedarena.bench.budget import CheckpointBudget
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
+from fedarena.plugins import PluginSource, ensure_loaded
 from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
@@ -163,9 +164,10 @@ class Reporter:
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(directory)))
 
 
-def run_trial(tune_config: dict, payloads: dict[str, dict]) -> None:
+def run_trial(tune_config: dict, payloads: dict[str, dict], plugins: tuple[PluginSource, ...] = ()) -> None:
     """Ray Tune function trainable for one benchmark trial (see the module docstring): ``run_experiment``,
-    as ``fedarena run``, with the Reporter restoring and reporting."""
+    as ``fedarena run``, with the Reporter restoring and reporting, after importing the driver's plugins."""
+    ensure_loaded(plugins)
     payload = payloads[tune_config["trial"]["config_hash"]]
     _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):

@@ -19,13 +19,17 @@ def add_parser(sub) -> None:
     p.add_argument("--data-dir", type=DATA_DIR, help="data cache directory (default: $FEDARENA_DATA_DIR or ~/.cache/fedarena)")
     p.add_argument("--json", action="store_true", help="info as JSON")
     p.add_argument("--no-verify", action="store_true", help="info: skip checksums")
+    p.add_argument("--include", action="append", default=[], metavar="PATH",
+                   help="a plugin (a .py file or a package folder) whose datasets to list (repeatable)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from fedarena.datasets.files.fetch import fetch, info, info_text  # torch: not needed by `fedarena --help`
     from fedarena.datasets.registry import DATASETS
+    from fedarena.plugins import load_plugins
 
+    load_plugins(args.include)
     if args.data_dir:  # an environment setting, not a config key: the data location is not part of a trial's identity
         os.environ["FEDARENA_DATA_DIR"] = args.data_dir
     if args.action == "list":

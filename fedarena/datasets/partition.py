@@ -14,6 +14,11 @@ from fedarena.registry import Registry
 PARTITIONERS: Registry = Registry("partition")
 
 
+def partitioner(name: str, *, version: int = 1):
+    """Register ``fn(labels, num_clients, rng, *, **options) -> [index array per client]`` as partitioner ``name``."""
+    return PARTITIONERS.register(name, version=version)
+
+
 @PARTITIONERS.register("iid")
 def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Uniformly random, (almost) equal-size shards."""

@@ -61,3 +61,6 @@ def dataset_from(resolved: dict, rng: np.random.Generator):
     """The dataset of a resolved section (``sections.resolve_config``)."""
     check_shared_options(resolved["name"], resolved)
     return DATASETS.get(resolved["name"]).build(rng, **{k: v for k, v in resolved.items() if k != "name"})
+
+
+dataset = register_dataset  # the public decorator's name: ``from fedarena import dataset``

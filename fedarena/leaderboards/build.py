@@ -34,6 +34,7 @@ from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
 from fedarena.tracking.labels import misnamed
 from fedarena.tracking.location import redact
+from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import NoRunsError, fill_hint, read_histories, read_runs
 
 LeaderboardError = NoRunsError  # no runs to build leaderboards from: the message says what exists and how to fill a suite
@@ -162,3 +163,11 @@ def figure_files(tracking_uri: str, cells: pd.DataFrame, shown: pd.DataFrame, ou
     in ``out``."""
     history = read_histories(tracking_uri, list(shown["run_id"]))
     return write_figures(cells, shown, history, out)
+
+
+def leaderboard(suite: str, format: str = "markdown", out: str | Path = "leaderboards", *,
+                tracking_uri: str | None = None, ci: bool = True, scale: str | None = None,
+                figures: bool = True) -> list[Path]:
+    """``fedarena leaderboard`` (``fedarena.leaderboard``): every applicable table of the suite (and its figures)
+    written to ``out``."""
+    return build_leaderboards(suite, resolve_uri(tracking_uri), str(out), format, ci, scale=scale, figures=figures)

@@ -233,7 +233,7 @@ def aggregate(
     ``<metric>_n`` (the seeds with a value; 0 in mixed cells). ``runs`` must be normalized finished runs.
     """
     runs = _with_derived(runs)
-    values_of = (*METRICS, *DERIVED)
+    values_of = (*METRICS, *recorded_metrics(runs), *DERIVED)
     counted = tuple(m for m in SPARSE if m in runs and np.isfinite(runs[m].to_numpy(dtype=float)).any())
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
@@ -254,6 +254,18 @@ def aggregate(
     columns += [f"{m}_sd" for m in values_of] + ([f"{m}_ci" for m in values_of] if ci else [])
     columns += [f"{m}_n" for m in counted]
     return pd.DataFrame(rows, columns=columns)
+
+
+def recorded_metrics(runs: pd.DataFrame) -> tuple[str, ...]:
+    """Metrics a plugin registered, as the runs recorded them (``metric_directions``), whether or not this
+    process loaded the plugin: the cells average them like the built-in ones."""
+    if "metric_directions" not in runs:
+        return ()
+    names = set()
+    for text in runs["metric_directions"].dropna():
+        names |= set(json.loads(text))
+    return tuple(sorted(name for name in names - set(METRICS) if name in runs))
+
 
 
 def _with_derived(runs: pd.DataFrame) -> pd.DataFrame:

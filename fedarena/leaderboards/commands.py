@@ -25,16 +25,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from fedarena.leaderboards import build_leaderboards
-    from fedarena.leaderboards.build import redacted_errors
+    from fedarena.leaderboards.build import leaderboard, redacted_errors
     from fedarena.tracking.location import tracking_uri
     from fedarena.tracking.store import check_store_if_present
 
     uri = tracking_uri(args.tracking_uri)
     check_store_if_present(uri)
     with redacted_errors(uri):  # its messages name the store: never with its password
-        paths = build_leaderboards(args.suite, uri, args.out, args.format, ci=not args.no_ci, scale=args.scale,
-                                   figures=not args.no_figures)
+        paths = leaderboard(args.suite, args.format, args.out, tracking_uri=uri, ci=not args.no_ci,
+                                scale=args.scale, figures=not args.no_figures)
     for path in paths:
         print(path)
     return 0

@@ -18,6 +18,11 @@ from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+
+
+def model(name: str, *, version: int = 1):
+    """Register ``build(input_shape, num_classes, *, **hyperparameters) -> nn.Module`` as model ``name``."""
+    return MODELS.register(name, version=version)
 MODEL_SECTION = SectionKind("model", MODELS, signature=lambda build: build)
 AUTO = "auto"  # the model name that stands for the dataset's own model (the papers' pairing)
 

@@ -184,6 +184,13 @@ def val_acc_pooled(e: Evaluated) -> float:
 METRIC_DIRECTIONS: dict[str, bool] = {name: METRICS.get(name).higher_is_better for name in METRICS.registered()}
 
 
+def plugin_metric_directions() -> dict[str, bool]:
+    """name -> higher is better, of the metrics plugins registered (a run records them: the tables read them
+    without importing the plugin)."""
+    return {name: METRICS.get(name).higher_is_better for name in METRICS.registered()
+            if METRICS.origin(name) is not None}
+
+
 def compute_metrics(counts: Counts, malicious: np.ndarray, diverged: bool,
                     val: Counts | None = None) -> dict[str, float]:
     """Every registered metric from the test counts (and ``val``, the validation counts)."""

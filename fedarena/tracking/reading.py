@@ -19,12 +19,15 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.labels import CLIENTS_ARTIFACT
 from fedarena.tracking.location import local_store_path
-from fedarena.tracking.versions import VERSIONS_TAG, current_versions, is_current, run_identity
+from fedarena.tracking.location import tracking_uri as resolve_uri
+from fedarena.tracking.versions import VERSIONS_TAG, current_versions, is_current, parse_param, run_identity
 
+CONFIG_KEYS = set(ExperimentConfig().to_dict())  # a run's params are its flattened config: these are its roots
 PAGE = 1000  # runs per search_runs call (MLflow's maximum is larger; this keeps responses small)
 
 
@@ -129,3 +132,28 @@ def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFr
             frames.append(table.assign(run_id=run_id))
     columns = ["client", "malicious", "accuracy", "run_id"]
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)), missing
+
+
+def runs(suite: str, tracking_uri: str | None = None) -> pd.DataFrame:
+    """``fedarena.runs``: one row per run of the suite's experiment: status, labels and every tag, the final
+    metrics, whether it is ``current``, its ``config`` (a nested dict, from its params) and ``versions``
+    (component -> version)."""
+    frame = read_runs(resolve_uri(tracking_uri), suite)
+    frame["config"] = [config_of(row) for row in frame.to_dict("records")]
+    versions = frame[VERSIONS_TAG] if VERSIONS_TAG in frame else pd.Series([None] * len(frame))
+    frame["versions"] = [json.loads(v) if isinstance(v, str) else {} for v in versions]
+    return frame
+
+
+def config_of(row: dict) -> dict:
+    """A run's config from its params (``section.key`` columns and top-level keys)."""
+    config: dict = {}
+    for key, text in row.items():
+        if key.split(".")[0] not in CONFIG_KEYS or not isinstance(text, str):
+            continue
+        target = config
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = parse_param(text)
+    return config

@@ -43,7 +43,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
-from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.simulation.metrics import METRIC_DIRECTIONS, plugin_metric_directions
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.reading import all_runs
 from fedarena.tracking.versions import RunIdentity, run_identity
@@ -54,6 +54,7 @@ TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite",
         "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
         "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used")
 REUSED_FROM, REUSED_FROM_SUITE, USED_BY = "reused_from", "reused_from_suite", "used_by"
+METRIC_DIRECTIONS_TAG = "metric_directions"  # JSON {metric: higher is better} of the plugins' metrics a run logged
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
 CHECKPOINT, CHECKPOINT_ROUND, RESUMED_FROM, FAILURES, ERROR = (
@@ -243,7 +244,8 @@ class RunStore:
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
     """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics), and
     what the run cost (``cost_*``, at its last round)."""
-    keys = [*METRICS, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
+    plugin = sorted(plugin_metric_directions())  # registered by a plugin after this module was imported
+    keys = [*METRICS, *plugin, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
     return [Metric(key, float(metrics[key]), now, round_idx) for key in keys
             if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
 

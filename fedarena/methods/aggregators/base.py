@@ -86,6 +86,11 @@ class RoundDraw:
 AGGREGATORS: Registry[AggregatorEntry] = Registry("aggregator")
 PRE_AGGREGATORS: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("pre-aggregator")
 
+
+def pre_aggregator(name: str, *, version: int = 1):
+    """Register ``fn(updates [n, d]) -> [n, d]`` as pre-aggregator ``name`` (``aggregator: {pre: [name]}``)."""
+    return PRE_AGGREGATORS.register(name, version=version)
+
 # Coordinate-wise rules process at most this many elements at once (bounds sort/topk memory at d ~ 1e6+).
 CHUNK_ELEMENTS = 1 << 22
 
