@@ -48,7 +48,7 @@ perf: install
 # PERF_ROUNDS timed rounds per method (a few on a CPU, more on a GPU).
 PERF_ROUNDS ?= 3
 perf-paper: install
-	$(BIN)/python -m fedarena.perf.paper --rounds $(PERF_ROUNDS)
+	$(BIN)/python -m fedarena.perf.paper_scale --rounds $(PERF_ROUNDS)
 
 lint: install
 	$(BIN)/ruff check fedarena tests

@@ -29,7 +29,7 @@ _EXPORTS = {
     "ServerInfo": "fedarena.methods.base", "scatter_rows": "fedarena.methods.base",
     "attack": "fedarena.attacks.base", "Effect": "fedarena.attacks.base", "with_rows": "fedarena.attacks.base",
     "Backdoor": "fedarena.attacks.base",
-    "dataset": "fedarena.datasets.registry", "FederatedDataset": "fedarena.datasets.base",
+    "dataset": "fedarena.datasets.catalog", "FederatedDataset": "fedarena.datasets.base",
     "from_partition": "fedarena.datasets.base", "partitioner": "fedarena.datasets.partition",
     "model": "fedarena.models.zoo", "metric": "fedarena.simulation.metrics",
     "ConfigError": "fedarena.errors",

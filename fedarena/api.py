@@ -33,9 +33,9 @@ from fedarena.leaderboards.build import leaderboard
 from fedarena.plugins import PluginSource
 from fedarena.sections import resolve_config, section_keys
 from fedarena.simulation.costs import cost_metrics
+from fedarena.simulation.experiment import code_version, run_experiment
 from fedarena.simulation.identity import trial_identity
-from fedarena.simulation.runner import code_version, run_experiment
-from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.reading import runs
 from fedarena.tracking.runs import FINISHED, RunStore, run_name, run_params, version_tags
 

@@ -78,7 +78,7 @@ def config_from_args(args) -> ExperimentConfig:
 
 def cmd_run(args) -> int:
     from fedarena import api
-    from fedarena.simulation.runner import write_result
+    from fedarena.simulation.experiment import write_result
 
     if args.out is None and not args.track:
         raise ConfigError("fedarena run needs --out FILE (the result JSON), --track (record it in the store), or both")

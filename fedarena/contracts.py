@@ -17,8 +17,8 @@ import torch
 
 from fedarena.attacks.base import ATTACKS, Effect, RoundRule
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.partition import PARTITIONERS
-from fedarena.datasets.registry import DATASETS
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, RoundDraw
 from fedarena.methods.aggregators.builder import aggregator_from

@@ -1,7 +1,7 @@
 """The config's component sections, each resolved by its kind's home, and the rules between sections.
 
 Each component package declares how a section of its kind is resolved (``SectionKind``, next to its
-registry): ``datasets.registry``, ``models.zoo``, ``methods.base``, ``attacks.base`` and
+registry): ``datasets.catalog``, ``models.zoo``, ``methods.base``, ``attacks.base`` and
 ``methods.aggregators.builder``. This module is the table of them. Trial set-up, suite validation and
 ``--set`` all go through it; no other module knows a section's keys. Rules that tie sections together live
 here too: ``model: auto`` takes the dataset's model, and the server rule must fit the method and be defined
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fedarena.attacks.base import ATTACK_SECTION, malicious_count
 from fedarena.config import ExperimentConfig, ResolvedConfig
-from fedarena.datasets.registry import DATASET_SECTION, DATASETS
+from fedarena.datasets.catalog import DATASET_SECTION, DATASETS
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import (
     AGGREGATOR_SECTION,

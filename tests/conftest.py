@@ -68,7 +68,7 @@ def report(tmp_path_factory):
     report`` only reads the store): (page text, store URI, page path)."""
     from store_for_views import NAME, fill_store
 
-    from fedarena.report.build import build_report
+    from fedarena.report.compose import build_report
 
     folder = tmp_path_factory.mktemp("report")
     uri = fill_store(folder)

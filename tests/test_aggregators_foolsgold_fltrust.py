@@ -10,7 +10,7 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, RoundDraw, make_aggregator
 from fedarena.methods.aggregators.foolsgold import HISTORY
 from fedarena.simulation.engine import SimState, initial_state, root_update, run_round
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
 
 F64 = torch.float64

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedarena.attacks import ATTACKS, build_threat
-from fedarena.attacks.labels import poison_dataset
+from fedarena.attacks.label_flip import poison_dataset
 from fedarena.attacks.poisoned_updates import alie_z
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError

@@ -14,8 +14,8 @@ from fedarena.cli import main
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError
+from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.metrics import Counts, client_table, compute_metrics
-from fedarena.simulation.runner import run_experiment
 from fedarena.simulation.setup import build_trial
 
 

@@ -9,7 +9,7 @@ import torch
 
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 
 SETTINGS = {"dataset": {"name": "digits"}, "rounds": 15, "local_steps": 5, "clients_per_round": 10,
             "eval_every": 15, "seed": 0}

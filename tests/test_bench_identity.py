@@ -18,7 +18,7 @@ from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
 from fedarena.simulation.checkpoint import save_state
 from fedarena.simulation.engine import simulate
-from fedarena.simulation.runner import code_version
+from fedarena.simulation.experiment import code_version
 from fedarena.simulation.setup import build_trial
 from fedarena.tracking.runs import KILLED, run_params, version_tags
 from fedarena.tracking.versions import V1_COMMITS

@@ -13,7 +13,7 @@ from fedarena.config import SCALES
 from fedarena.datasets import DATASETS
 from fedarena.leaderboards.paper import paper_datasets
 from fedarena.suites import SUITES
-from fedarena.tracking.labels import misnamed, shown_label
+from fedarena.suites.dataset_labels import misnamed, shown_label
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 

@@ -23,8 +23,8 @@ from local_ports import free_port
 from fedarena import cli
 from fedarena.attacks.base import ATTACKS
 from fedarena.bench import commands as bench_commands
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.partition import PARTITIONERS
-from fedarena.datasets.registry import DATASETS
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS

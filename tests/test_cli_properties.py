@@ -23,7 +23,7 @@ from fedarena.attacks.base import ATTACKS
 from fedarena.bench.grid import expand
 from fedarena.bench.parse import load_suite
 from fedarena.config import ExperimentConfig, read_yaml_file
-from fedarena.datasets.registry import DATASETS
+from fedarena.datasets.catalog import DATASETS
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.base import METHODS

@@ -4,7 +4,7 @@ import pytest
 
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.costs import CostMeter, cost_metrics
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 
 
 def test_meter_counts_and_sums_each_phase():

@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.files import leaf  # noqa: F401  (register the builders)
 from fedarena.datasets.files.storage import DataCorruptError, DataNotFoundError
-from fedarena.datasets.registry import DATASETS
 
 # writer -> (number of samples in train/, in test/); labels of sample i of writer w: (7 * w + i) % 62
 WRITERS = {"f_0007": (5, 2), "f_0003": (4, 2), "f_0012": (6, 3), "f_0001": (3, 2)}

@@ -6,8 +6,8 @@ import scipy.io
 import torch
 
 from fedarena.datasets import vehicle  # noqa: F401  (registers the builder)
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.files.storage import DataCorruptError, DataNotFoundError
-from fedarena.datasets.registry import DATASETS
 from fedarena.errors import ConfigError
 
 SIZES = (400, 450, 500, 550)  # distinct device sizes identify the device of each client

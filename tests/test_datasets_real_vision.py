@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from fedarena.datasets import pipeline, vision  # noqa: F401  (vision registers the builders)
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.files.storage import DataCorruptError, DataNotFoundError
-from fedarena.datasets.registry import DATASETS
 from fedarena.errors import ConfigError
 
 IDX_NAMES = {

@@ -19,7 +19,7 @@ from fedarena.datasets import stackoverflow as so
 from fedarena.datasets.files.fetch import fetch
 from fedarena.datasets.files.storage import DataCorruptError, DataFetchError, DataNotFoundError
 from fedarena.errors import ConfigError
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 
 WORDS = ["the", "python", "list", "java", "how"]  # most frequent first
 TAG_COUNTS = {"java": 50, "python": 90, "c++": 10, "lists": 30}  # ranked: python, java, lists, c++

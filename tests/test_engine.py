@@ -8,7 +8,7 @@ import torch
 from float32_bounds import assert_counts_agree
 
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round, sample_clients, simulate
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
 
 

@@ -7,7 +7,7 @@ import torch
 
 from fedarena.bench.grid import expand
 from fedarena.bench.parse import load_suite
-from fedarena.datasets.registry import build_dataset
+from fedarena.datasets.catalog import build_dataset
 from fedarena.errors import ConfigError
 from fedarena.models.functional import build_model
 

@@ -98,3 +98,13 @@ def test_only_tracking_imports_mlflow():
     outside = [str(p.relative_to(ROOT)) for p in FILES
                if "mlflow" in imported_roots(p) and p.relative_to(ROOT).parts[0] != "tracking"]
     assert not outside, f"MLflow is imported outside fedarena/tracking/: {outside}"
+
+
+def test_no_two_modules_share_a_file_name_but_the_package_conventions():
+    # __init__.py, each package's commands.py (its subcommands) and base.py (its kind's contract) are conventions;
+    # any other name names one module, so a name says which part of the system a file is
+    shared = {"__init__.py", "commands.py", "base.py"}
+    seen: dict[str, list[str]] = {}
+    for path in FILES:
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in shared} == {}

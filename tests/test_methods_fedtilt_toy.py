@@ -7,7 +7,7 @@ import pytest
 
 from fedarena.datasets.fedtilt_toy import TABLE_IV, add_outliers, fedtilt_toy
 from fedarena.errors import ConfigError
-from fedarena.examples.fedtilt_toy import VARIANTS, reproduce
+from fedarena.examples.fedtilt_toy_figure import VARIANTS, reproduce
 
 
 @pytest.mark.parametrize("experiment, train, test", [(1, (100, 100), (20, 20)), (2, (150, 50), (30, 10)),

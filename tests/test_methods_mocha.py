@@ -13,7 +13,7 @@ from fedarena.methods import build_method
 from fedarena.methods.base import ServerInfo, StepContext
 from fedarena.methods.mocha import relationship
 from fedarena.models.batch import Batch
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
 
 

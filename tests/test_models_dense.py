@@ -12,7 +12,7 @@ from fedarena.models.batch import Batch
 from fedarena.models.dense import dense_grad, dense_plan
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MODELS
-from fedarena.simulation.runner import run_experiment
+from fedarena.simulation.experiment import run_experiment
 
 
 def mlp_model(dtype=torch.float32) -> FlatModel:

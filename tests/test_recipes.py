@@ -22,14 +22,14 @@ from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.datasets import DATASETS
 from fedarena.datasets.base import FederatedDataset, from_partition
-from fedarena.datasets.registry import register_dataset
+from fedarena.datasets.catalog import register_dataset
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import build_leaderboards, leaderboard_tables
 from fedarena.leaderboards.figures import figure3_data
 from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
 from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
-from fedarena.simulation.runner import code_version, run_experiment
+from fedarena.simulation.experiment import code_version, run_experiment
 from fedarena.suites import SUITES
 from fedarena.tracking.reading import read_runs
 from fedarena.tracking.runs import RunStore, run_params

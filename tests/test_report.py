@@ -12,7 +12,7 @@ from store_for_views import BASE, FINGERPRINT, NAME, SUITE, fill_store
 from fedarena.cli import main
 from fedarena.leaderboards.build import leaderboard_tables
 from fedarena.leaderboards.figures import shown_methods
-from fedarena.report.build import ReportError, build_report, writable_folder
+from fedarena.report.compose import ReportError, build_report, writable_folder
 from fedarena.report.devices import device_accuracy_data
 from fedarena.report.provenance import code_versions, dataset_provenance
 from fedarena.tracking.reading import read_runs

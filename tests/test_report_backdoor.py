@@ -7,7 +7,7 @@ from test_leaderboards_backdoor import RUNS
 from test_leaderboards_tables import TABLE1_RUNS
 
 from fedarena.leaderboards.build import leaderboard_tables
-from fedarena.report.build import build_report, sections
+from fedarena.report.compose import build_report, sections
 from fedarena.report.page import render_page
 
 # The store's suite with a targeted label flip at 50% too (accuracy as without an attack). ASR per seed 0, 1:

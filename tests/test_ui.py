@@ -13,7 +13,7 @@ from store_for_views import NAME, fill_store
 from fedarena.bench import commands as bench_commands
 from fedarena.bench.trainable import CLIENTS_FILE
 from fedarena.cli import main
-from fedarena.tracking.labels import CLIENTS_ARTIFACT, NOTE_TAG, run_note
+from fedarena.tracking.notes import CLIENTS_ARTIFACT, NOTE_TAG, run_note
 from fedarena.tracking.view import (
     KIND,
     KIND_TAG,

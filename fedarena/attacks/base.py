@@ -10,7 +10,7 @@ The level is the fraction of all clients in the malicious set: int(level * K) cl
 trial from the attack stream, uniformly without replacement (plus any the dataset marks adversarial).
 Level 0 means no malicious client; for FedTilt's persistent outliers with ``scope="all"`` that is the
 paper's setting (outliers in every participating client, see ``outliers.py``).
-Attacks live in ``labels.py`` (a1), ``poisoned_updates.py`` (a2, a3, sign_flip, alie, ipm), ``optimized.py`` (min_max,
+Attacks live in ``label_flip.py`` (a1), ``poisoned_updates.py`` (a2, a3, sign_flip, alie, ipm), ``optimized.py`` (min_max,
 min_sum, fang), ``tailored.py`` (tailored_krum, tailored_bulyan, tailored_median), ``adaptive.py``
 (adaptive), ``backdoor.py`` (badnets, dba, model_replacement, neurotoxin, targeted_flip: targeted, with a
 ``Backdoor`` whose success rate the engine measures) and ``outliers.py``.

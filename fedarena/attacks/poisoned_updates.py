@@ -18,7 +18,7 @@ import torch
 
 from fedarena.attacks.base import ATTACKS, Effect, with_rows
 from fedarena.attacks.checks import non_negative, optional, positive
-from fedarena.attacks.labels import LABELLED_TASKS, poison_dataset
+from fedarena.attacks.label_flip import LABELLED_TASKS, poison_dataset
 from fedarena.datasets.base import FederatedDataset
 from fedarena.errors import ConfigError
 

@@ -25,7 +25,7 @@ from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.metrics import plugin_metric_directions
-from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     BACKEND_USED,
     CHECKPOINT,

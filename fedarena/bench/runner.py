@@ -63,7 +63,7 @@ from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
-from fedarena.simulation.runner import code_version
+from fedarena.simulation.experiment import code_version
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags

@@ -12,7 +12,7 @@ from fedarena.bench.callback import Planned, identity_tags
 from fedarena.bench.claims import Claims
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer
-from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import RunStore, RunSummary, run_params
 
 POLL_S = 2.0

@@ -34,7 +34,7 @@ one without a name sets keys inside it)::
 
 A dataset label is the dataset run (``digits``), or a paper's dataset id for a paper's partition of that
 data (``fmnist`` for ``fmnist_fedtilt``); a label that names another dataset is an error
-(``fedarena.tracking.labels``).
+(``fedarena.suites.dataset_labels``).
 
 This module holds the suite's data model (the shipped files and their registry ``SUITES`` are in
 ``fedarena.suites``, below the leaderboards, which show labels in the order the suites list them); ``parse`` reads the YAML

@@ -49,8 +49,8 @@ from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState
+from fedarena.simulation.experiment import run_experiment, write_result
 from fedarena.simulation.identity import trial_identity
-from fedarena.simulation.runner import run_experiment, write_result
 from fedarena.simulation.setup import Trial, build_trial
 from fedarena.simulation.threads import limit_threads
 

@@ -3,7 +3,7 @@
 - Entries: every component name (dataset, model, method, attack, aggregator) is registered and its
   hyperparameters match the component's signature, every variant of a ``select`` included, and a
   ``select`` picks by a registered metric (``check_suite_entries``); a dataset label names the dataset run,
-  not another one (``check_dataset_labels``, rule in ``fedarena.tracking.labels``).
+  not another one (``check_dataset_labels``, rule in ``fedarena.suites.dataset_labels``).
 - Trials: the merged config of every trial resolves and its server rule is defined for the trial's attack
   level (``fedarena.sections``: ``resolve_config``, ``check_planned_server_rule``, the rules trial set-up
   applies too).
@@ -19,7 +19,7 @@ from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import check_section
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
-from fedarena.tracking.labels import misnamed
+from fedarena.suites.dataset_labels import misnamed
 
 
 def check_patch(suite: Suite, where: str, patch: dict) -> None:

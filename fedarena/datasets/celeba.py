@@ -17,11 +17,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from fedarena.datasets.base import FederatedDataset
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files import leaf
 from fedarena.datasets.files.sources import MISSING, FileStatus, Source, check_glob, require
 from fedarena.datasets.files.storage import corrupt_error, data_root, missing_error, size_digest
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
-from fedarena.datasets.registry import register_dataset
 
 IMAGE_SIZE = 84
 IMAGE_DIRS = ("celeba/img_align_celeba", "celeba/raw/img_align_celeba")

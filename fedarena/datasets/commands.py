@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from fedarena.datasets.catalog import DATASETS
     from fedarena.datasets.files.fetch import fetch, info, info_text  # torch: not needed by `fedarena --help`
-    from fedarena.datasets.registry import DATASETS
     from fedarena.plugins import load_plugins
 
     load_plugins(args.include)

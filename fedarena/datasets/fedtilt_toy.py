@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint
-from fedarena.datasets.registry import register_dataset
+from fedarena.datasets.catalog import register_dataset
 from fedarena.errors import ConfigError
 
 # experiment -> client -> class -> (centre, std)   (FedTilt Table IV; group g is class g - 1)

@@ -17,11 +17,11 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files import leaf
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import corrupt_error, data_root, size_digest
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
-from fedarena.datasets.registry import register_dataset
 
 NUM_CLASSES = 62
 LEAF_CMD = "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample"

@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, from_partition, raw_pixel_stats
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.offline import partition_labels, standardize
-from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
 
 DITTO_RECIPE = {"classes_per_client": 5, "sizes": "lognormal", "min_size": 20}

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, from_partition, raw_pixel_stats
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.partition import PARTITIONERS
-from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
 from fedarena.params import resolve
 

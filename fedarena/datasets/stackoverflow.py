@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset, from_partition
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files.sources import FileStatus, Source, check_file, require
 from fedarena.datasets.files.storage import corrupt_error, data_root, size_digest
-from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
 
 TRAIN, WORDS, TAGS = ("stackoverflow/stackoverflow_train.h5", "stackoverflow/stackoverflow.word_count",

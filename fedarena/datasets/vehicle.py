@@ -23,10 +23,10 @@ import torch
 from scipy.io.matlab import MatReadError
 
 from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint, split_indices
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files.sources import Source, check_file, require
 from fedarena.datasets.files.storage import corrupt_error, data_root, size_digest
 from fedarena.datasets.pipeline import partition_pool, seed_streams
-from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
 
 FILE = "vehicle/vehicle.mat"

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, raw_pixel_stats
+from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files import cifar, idx
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import data_root, size_digest
@@ -29,7 +30,6 @@ from fedarena.datasets.files.torchvision import CIFAR_SOURCE, FMNIST_SOURCE, MNI
 from fedarena.datasets.fmnist_reference import build_reference
 from fedarena.datasets.offline import standardize
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
-from fedarena.datasets.registry import register_dataset
 from fedarena.errors import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}

@@ -32,7 +32,7 @@ from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
-from fedarena.tracking.labels import misnamed
+from fedarena.suites.dataset_labels import misnamed
 from fedarena.tracking.location import redact
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import NoRunsError, fill_hint, read_histories, read_runs

@@ -13,7 +13,7 @@ confidence interval, the seed count and the provenance verdict.
 
 A run's ``dataset_label`` names the dataset it ran: a run recorded under a label that names another
 dataset (``fmnist`` on ``digits``, as older versions labelled the quick scale) is shown under the
-dataset really run (``tracking.labels``).
+dataset really run (``suites.dataset_labels``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from fedarena.config import SCALES
 from fedarena.leaderboards.paper import paper_datasets
 from fedarena.leaderboards.tables import sort_key
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
-from fedarena.tracking.labels import shown_label
+from fedarena.suites.dataset_labels import shown_label
 
 POSITION = ("dataset_label", "method_label", "attack_label", "level")
 

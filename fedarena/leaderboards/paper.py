@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
-from fedarena.tracking.labels import runs_the_named_dataset
+from fedarena.suites.dataset_labels import runs_the_named_dataset
 
 METHOD_ALIASES = {"plain_finetuning": "finetuning", "per_fedavg_hf": "per_fedavg"}
 PAPER_METRICS = {

@@ -9,8 +9,8 @@ import argparse
 import torch
 
 from fedarena.perf.aggregators import time_aggregators
-from fedarena.perf.backends import auto_rows
-from fedarena.perf.engine import build_trial, engine_vs_bare, evaluation_cost, perf_config
+from fedarena.perf.backend_choice import auto_rows
+from fedarena.perf.engine_vs_loop import build_trial, engine_vs_bare, evaluation_cost, perf_config
 from fedarena.perf.small import small_workload
 
 

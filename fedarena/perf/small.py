@@ -17,7 +17,7 @@ import time
 import torch
 
 from fedarena.config import ExperimentConfig
-from fedarena.perf.engine import time_bare_loop, time_engine
+from fedarena.perf.engine_vs_loop import time_bare_loop, time_engine
 
 HIDDEN = (200, 200)
 

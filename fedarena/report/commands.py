@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
 
 
 def run_report(args) -> int:
-    from fedarena.report.build import writable_folder, write_report
+    from fedarena.report.compose import writable_folder, write_report
     from fedarena.tracking.location import tracking_uri
     from fedarena.tracking.store import check_store_if_present
 

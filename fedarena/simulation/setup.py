@@ -16,7 +16,7 @@ from fedarena.attacks import ThreatModel
 from fedarena.attacks.base import check_benign_in_every_round, threat_from
 from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.datasets import FederatedDataset
-from fedarena.datasets.registry import dataset_from
+from fedarena.datasets.catalog import dataset_from
 from fedarena.errors import ConfigError
 from fedarena.methods.base import Aggregate, Method, method_from
 from fedarena.models import FlatModel

@@ -22,9 +22,9 @@ from mlflow.tracking import MlflowClient
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.tracking.environ import env_vars
-from fedarena.tracking.labels import CLIENTS_ARTIFACT
 from fedarena.tracking.location import local_store_path
 from fedarena.tracking.location import tracking_uri as resolve_uri
+from fedarena.tracking.notes import CLIENTS_ARTIFACT
 from fedarena.tracking.versions import VERSIONS_TAG, current_versions, is_current, parse_param, run_identity
 
 CONFIG_KEYS = set(ExperimentConfig().to_dict())  # a run's params are its flattened config: these are its roots

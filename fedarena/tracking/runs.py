@@ -6,7 +6,7 @@
   ``PARAM_MAX`` characters (the full config is the artifact ``config.json``).
 - Tags: ``TAGS`` below; ``level`` is the attack level as a fraction string, ``diverged`` is
   ``"true"``/``"false"``, labels are the suite's row/column labels (``dataset_label`` names the dataset
-  really run, see ``tracking.labels``). A run of one variant of a selected method (a suite entry with
+  really run, see ``suites.dataset_labels``). A run of one variant of a selected method (a suite entry with
   ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
   and ``variant`` (e.g. ``aggregator.eps=0.5``). ``backend_used`` is the backend that ran the trial (what
   ``backend: auto`` chose; the param ``backend`` says what was asked).

@@ -7,7 +7,7 @@ column. For the chosen suite's experiment this module writes, idempotently, what
 - the experiment tag ``mlflow.sharedViewState.fedarena``: a saved runs-table view (JSON) showing the metric
   columns ``VIEW_METRICS`` first, then the run descriptions; the URL's ``viewStateShareKey=fedarena`` loads it
   (MLflow's "Share view" mechanism: the page says it shows a shared view);
-- each run's description (``mlflow.note.content``, ``tracking.labels.run_note``) where a run has none yet
+- each run's description (``mlflow.note.content``, ``tracking.notes.run_note``) where a run has none yet
   (runs tracked before descriptions were written),
 
 and :func:`runs_url` is the direct address of that table. The per-client table of each run is its
@@ -23,7 +23,7 @@ from mlflow.entities import Experiment, Run
 from mlflow.tracking import MlflowClient
 
 from fedarena.errors import ConfigError
-from fedarena.tracking.labels import NOTE_TAG, run_note
+from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.reading import all_runs
 
 VIEW_KEY = "fedarena"

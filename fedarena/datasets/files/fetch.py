@@ -13,9 +13,9 @@ from pathlib import Path
 from urllib.error import URLError
 
 import fedarena.datasets  # noqa: F401  (importing the package registers every source)
+from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.files.sources import MISMATCH, MISSING, Source
 from fedarena.datasets.files.storage import DataCorruptError, DataFetchError, data_root, missing_error
-from fedarena.datasets.registry import DATASETS
 
 
 def info(name: str, data_dir: str | None = None, *, verify: bool = True) -> dict:

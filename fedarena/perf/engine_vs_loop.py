@@ -1,6 +1,6 @@
 """``make perf``: the small workload against a bare loop and its arithmetic limit (``perf.small``), the
 engine against a bare PyTorch loop at Fashion-MNIST shapes, batched vs sequential backends and ``auto``'s
-pick (``perf.backends``), batched evaluation, and one aggregation per rule. One run each; figures are
+pick (``perf.backend_choice``), batched evaluation, and one aggregation per rule. One run each; figures are
 printed, never asserted.
 
 Data are random tensors shaped like Fashion-MNIST (1x28x28, 10 classes, Ditto's 5-classes-per-client
@@ -16,8 +16,8 @@ import torch
 
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import from_partition
+from fedarena.datasets.catalog import DATASETS, register_dataset
 from fedarena.datasets.partition import k_classes
-from fedarena.datasets.registry import DATASETS, register_dataset
 from fedarena.simulation.data import gather, round_plan
 from fedarena.simulation.engine import evaluate_state, initial_state, run_round, sample_clients
 from fedarena.simulation.evaluate import evaluate

@@ -1,4 +1,4 @@
-"""Dataset labels that say what ran.
+"""Dataset labels that say what ran (the rule the bench and the tables share).
 
 A suite's dataset label is the block title of the tables, a part of run names, progress lines and figure
 file names, and the ``dataset_label`` tag of every run. A label that is a dataset's name (among the names
@@ -14,7 +14,7 @@ label (by older versions) under the dataset they really ran.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 # Suffixes of registered datasets that are a paper's own partition of the dataset named by the rest.
 PAPER_PARTITIONS = ("_fedtilt",)
@@ -39,25 +39,3 @@ def misnamed(label: str, dataset_name: str, dataset_names: Iterable[str]) -> boo
 def shown_label(label: str, dataset_name: str, dataset_names: Iterable[str]) -> str:
     """The label to show: ``label``, or the dataset really run when ``label`` names another one."""
     return dataset_name if misnamed(label, dataset_name, dataset_names) else label
-
-
-NOTE_TAG = "mlflow.note.content"  # MLflow's run description (the runs table's "Description" column)
-CLIENTS_ARTIFACT = "clients.csv"
-
-
-def run_note(tags: Mapping[str, object], params: Mapping[str, object]) -> str:
-    """A run's description from its tags and params (plain text; the runs table shows its first ~50
-    characters, so the method, aggregator and dataset really run come first; the run name has the rest)::
-
-        method ditto, aggregator mean, dataset digits; attack a1 at level 0.5 (50% of clients malicious);
-        seed 1, scale quick. Per-client table: artifact clients.csv.
-    """
-    level = float(tags.get("level", 0) or 0)
-    attack = str(tags.get("attack_label", "clean"))
-    setting = (f"attack {attack} at level {level:g} ({level:.0%} of clients malicious)"
-               if level > 0 and attack != "clean" else "no attack")
-    name, label = str(tags.get("dataset_name", "?")), str(tags.get("dataset_label", ""))
-    dataset = name if label in ("", name) else f"{name} (table label {label})"
-    return (f"method {params.get('method.name', '?')}, aggregator {params.get('aggregator.name', '?')}, dataset "
-            f"{dataset}; {setting}; seed {params.get('seed', '?')}, scale {tags.get('scale', '?')}. Per-client "
-            f"table: artifact {CLIENTS_ARTIFACT}.")

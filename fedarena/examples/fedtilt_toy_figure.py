@@ -1,7 +1,7 @@
 """FedTilt's toy experiments (FedTilt Section IV-A, Table IV, Figure 3): federated logistic regression on
 two clients' Gaussian data, q = 0 and squared Euclidean dist, personal models with mu = 0.01.
 
-    python -m fedarena.examples.fedtilt_toy --out DIR
+    python -m fedarena.examples.fedtilt_toy_figure --out DIR
 
 Experiment 1 (client fairness): tau = lambda = 1. Experiment 2 (client and class fairness, imbalanced
 classes): tau = 100 (lambda = 1). Experiment 3 (outliers in the wide class): lambda = -100 (tau = 1), and

@@ -5,7 +5,7 @@ data on 100 devices, 10 a round, 5 local steps of batch 16), the ms per round of
 from __future__ import annotations
 
 from fedarena.models.backends import auto_backend
-from fedarena.perf.engine import perf_config, time_engine
+from fedarena.perf.engine_vs_loop import perf_config, time_engine
 
 CASES = (("cnn_fmnist", "global"), ("cnn_fmnist", "ditto"), ("mlp", "global"), ("mlp", "ditto"),
          ("logreg", "global"))
