@@ -1,6 +1,8 @@
 """A trial's config is resolved once: ``resolve_config`` fills every section, and trial set-up's builders take
 the resolved sections without resolving them again."""
 
+from fedarena.bench import trainable
+from fedarena.bench.trainable import trial_payload
 from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.params import SectionKind
 from fedarena.sections import resolve_config
@@ -35,3 +37,42 @@ def test_a_resolved_config_is_not_resolved_again(monkeypatch):
     seen = count_resolutions(monkeypatch)
     trial = build_trial(resolved)
     assert seen == [] and resolve_config(resolved) is resolved and trial.cfg.legacy_hash() == resolved.legacy_hash()
+
+
+class StubTune:
+    """What the trainable calls of Ray Tune, in process: no checkpoint to restore, reports kept."""
+
+    def __init__(self):
+        self.reports = []
+
+    def get_checkpoint(self):
+        return None
+
+    def report(self, result, checkpoint=None):
+        self.reports.append(result)
+
+    class Checkpoint:
+        def __init__(self, path):
+            self.path = path
+
+        @classmethod
+        def from_directory(cls, path):
+            return cls(path)
+
+
+def test_the_worker_runs_the_drivers_resolved_config_without_parsing_validating_or_resolving_it(monkeypatch):
+    # Prepare: the driver's resolved config in a trial payload; the worker's Ray Tune calls stubbed
+    cfg = resolve_config(ExperimentConfig.from_dict(RAW))
+    payload = trial_payload(cfg, "h", "trial s0", checkpoint_every=0)
+    stub = StubTune()
+    monkeypatch.setattr(trainable, "tune", stub)
+    seen = count_resolutions(monkeypatch)
+    parsed = []
+    monkeypatch.setattr(ExperimentConfig, "from_dict", classmethod(lambda cls, data: parsed.append(data)))
+    monkeypatch.setattr(ExperimentConfig, "check", lambda self: parsed.append("check"))
+    # Execute
+    trainable.run_trial({"trial": {"config_hash": "h", "index": 0, "name": "trial s0"}}, {"h": payload})
+    # Assert: no section resolved, no dict parsed, no config checked; the final report carries the history
+    assert seen == [] and parsed == []
+    final = stub.reports[-1]
+    assert final["done"] and [e["round"] for e in final["history"]] == [1] and final["final"]["round"] == 1

@@ -1,6 +1,8 @@
 """The driver-side Ray Tune callback: every MLflow write of a benchmark happens here, in one process.
 
-Trials only report to Ray Tune; this callback turns their reports into the tracking schema of
+Trials only report to Ray Tune, and metrics reach MLflow by that one road: evaluation rounds as they are
+reported, and the final report's whole history for the rounds not reported one by one. This callback turns
+the reports into the tracking schema of
 ``fedarena.tracking.runs`` (one run per trial, metrics per evaluation round, artifacts and status at the
 end) and prints the progress lines. Writing from the driver alone keeps an SQLite store safe with
 many concurrent trials. A trial's evaluation rounds (and its first-report tags) are held until its next
@@ -216,16 +218,16 @@ class TrackingCallback(tune.Callback):
         run = self.active.get(trial.trial_id)
         if run is None or run.run_id in self.closed or not trial.last_result.get("done"):
             return  # stopped before its final report (an interrupted benchmark): closed as KILLED
-        with trial.checkpoint.as_directory() as directory:
-            result = json.loads(Path(directory, RESULT_FILE).read_text())
-            for entry in result["history"]:  # rounds whose report was lost (e.g. resumed after the last one)
-                if entry["round"] > run.last_round:
-                    run.pending_rounds[entry["round"]] = _numbers(entry)
-                    run.last_round = entry["round"]
-            rounds, tags = run.take_pending()
-            final_round = result["final"]["round"]  # what the trial's last attempt cost, at its last round
-            rounds[final_round] = {**rounds.get(final_round, {}), **cost_metrics(result.get("cost", {}))}
-            tags.update({"diverged": bool(result["final"]["diverged"]), FAILURES: trial.num_failures})
+        result = trial.last_result  # the final report carries the whole history, the final metrics and the cost
+        for entry in result["history"]:  # rounds not reported one by one (short trials, a resume after the last)
+            if entry["round"] > run.last_round:
+                run.pending_rounds[entry["round"]] = _numbers(entry)
+                run.last_round = entry["round"]
+        rounds, tags = run.take_pending()
+        final_round = result["final"]["round"]  # what the trial's last attempt cost, at its last round
+        rounds[final_round] = {**rounds.get(final_round, {}), **cost_metrics(result.get("cost", {}))}
+        tags.update({"diverged": bool(result["final"]["diverged"]), FAILURES: trial.num_failures})
+        with trial.checkpoint.as_directory() as directory:  # the artifacts
             files = [Path(directory, RESULT_FILE), Path(directory, CLIENTS_FILE)]
             self.store.finish(run.run_id, FINISHED, files, tags, rounds)
         self._close(run, FINISHED)

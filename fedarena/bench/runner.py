@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fedarena.bench.budget import DEFAULT_FRACTION
@@ -183,6 +183,7 @@ def benchmark(suite: str | Path, scale: str = "quick", *, include=(), tracking_u
 def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSummary:
     """Validate, plan and run a suite at a scale (see the module docstring); returns the counts."""
     printer = printer or Printer()
+    options = replace(options, tracking_uri=tracking_uri(options.tracking_uri))  # worked out once, here
     load_checked(options.include)  # before the suite: its names may be a plugin's
     suite = load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
@@ -290,10 +291,10 @@ def _execute(options: BenchOptions, suite: str, store: RunStore, plan: dict[str,
             signals.done()
     except Exception as err:
         if is_storage_full(err):
-            paths = {"storage": options.storage, "store": sqlite_path(tracking_uri(options.tracking_uri))}
+            paths = {"storage": options.storage, "store": sqlite_path(options.tracking_uri)}
             raise StorageFullError(storage_full_message(err, paths, needed)) from None
         if err is callback.store_error:
-            raise TrackingError(f"the tracking store {redact(tracking_uri(options.tracking_uri))} failed "
+            raise TrackingError(f"the tracking store {redact(options.tracking_uri)} failed "
                                 f"({_store_error_line(err)}); the benchmark stopped, nothing is lost: run the same "
                                 f"command again when the store works, unfinished trials resume") from None
         raise

@@ -31,6 +31,7 @@ transient and permanent faults with it).
 from __future__ import annotations
 
 import csv
+import json
 import os
 import socket
 import tempfile
@@ -50,8 +51,7 @@ from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState
 from fedarena.simulation.experiment import run_experiment, write_result
-from fedarena.simulation.identity import trial_identity
-from fedarena.simulation.setup import Trial, build_trial
+from fedarena.simulation.setup import Trial
 from fedarena.simulation.threads import limit_threads
 
 RESULT_FILE, CLIENTS_FILE = "result.json", "clients.csv"
@@ -70,14 +70,15 @@ def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, chec
                   resume_from: str | None = None, scratch: str | None = None, driver: dict | None = None,
                   round_hook: Callable[[str, int, int], None] | None = None, cpus: float | None = None,
                   checkpoint_budget: float | None = None, legacy_hash: str = "") -> dict:
-    """What the trainable receives for one trial (plain data: Ray stores it with the experiment).
+    """What the trainable receives for one trial: the driver's resolved config itself (the worker neither parses,
+    validates nor resolves it again), its identity and name, and how to checkpoint and report.
     ``scratch``: the folder for temporary checkpoint directories (under the suite's storage, so a killed
     benchmark's leftovers are found and removed by the next run); ``driver``: host and pid of the driver;
     ``round_hook``: called after every round (module docstring); ``cpus``: the trial's
     CPU share (its torch threads); ``checkpoint_budget``: the most time fraction checkpoints may take
     (``bench.budget``; None: every ``checkpoint_every`` rounds exactly); ``legacy_hash``: the trial's config hash
     as a previous release computed it (a checkpoint that release wrote carries it)."""
-    return {"config": config.to_dict(), "config_hash": config_hash, "name": name,
+    return {"config": config, "config_hash": config_hash, "name": name,
             "checkpoint_every": checkpoint_every, "resume_from": resume_from, "scratch": scratch,
             "driver": driver, "cpus": cpus, "checkpoint_budget": checkpoint_budget, "round_hook": round_hook,
             "legacy_hash": legacy_hash}
@@ -120,11 +121,7 @@ class Reporter:
         self.budget = CheckpointBudget(fraction) if fraction else None
 
     def start_trial(self, trial: Trial) -> SimState | None:
-        """``run_experiment``'s start hook: check the trial is the driver's, and restore its latest state."""
-        identity = trial_identity(trial.cfg).config_hash
-        if identity != self.payload["config_hash"]:
-            raise RuntimeError(f"trial {self.payload['name']!r}: the resolved config's identity is {identity}, "
-                               f"the driver expected {self.payload['config_hash']}")
+        """``run_experiment``'s start hook: restore the trial's latest state (a checkpoint of its identity)."""
         self.trial = trial
         checkpoint = _restore_checkpoint(self.payload)
         if checkpoint is None:
@@ -159,8 +156,13 @@ class Reporter:
         if self.budget is not None:  # this checkpoint's time, as the meter took it
             self.budget.record(self.meter.seconds["checkpoint"] - before)
 
-    def finish(self, state_round: int, directory: Path) -> None:
-        result = {**self.base(state_round), "evaluated": False, "done": True}
+    def finish(self, record: dict, directory: Path) -> None:
+        """The final report: the run's record (its whole history, final metrics and cost: what the driver logs)
+        with the directory of its ``result.json`` and ``clients.csv`` as the final checkpoint."""
+        result = {"round": record["final"]["round"], "rounds": record["config"]["rounds"],
+                  "resumed_from_round": self.start, "dataset_fingerprint": record["dataset_fingerprint"],
+                  "backend_used": record["backend"], "evaluated": False, "done": True,
+                  "history": record["history"], "final": record["final"], "cost": record.get("cost", {})}
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(directory)))
 
 
@@ -175,8 +177,7 @@ def run_trial(tune_config: dict, payloads: dict[str, dict], plugins: tuple[Plugi
     limit_threads(payload.get("cpus"))
     reporter = Reporter(None, payload, 0)
     try:
-        result = run_experiment(ExperimentConfig.from_dict(payload["config"]), reporter.on_round,
-                                reporter.start_trial, reporter.meter)
+        result = run_experiment(payload["config"], reporter.on_round, reporter.start_trial, reporter.meter)
     except PERMANENT as err:  # reported as the trial's end: Ray would retry a raised error in vain
         round_idx = reporter.trial.cfg.rounds if reporter.trial is not None else 0
         tune.report({"round": 0, "done": True, "evaluated": False, "permanent_error": _one_line(err),
@@ -184,7 +185,7 @@ def run_trial(tune_config: dict, payloads: dict[str, dict], plugins: tuple[Plugi
         return
     with tempfile.TemporaryDirectory(prefix="fedarena-final-", dir=_scratch(payload)) as tmp:
         write_final(Path(tmp), result)
-        reporter.finish(result["final"]["round"], Path(tmp))
+        reporter.finish(result, Path(tmp))
 
 
 def _state_bytes(state: SimState) -> int:
@@ -231,8 +232,9 @@ def _finished_checkpoint(payload: dict) -> bool:
     if checkpoint is None:
         return False
     with checkpoint.as_directory() as directory:
-        if not os.path.exists(os.path.join(directory, RESULT_FILE)):
+        path = Path(directory, RESULT_FILE)
+        if not path.exists():
             return False
-        trial = build_trial(ExperimentConfig.from_dict(payload["config"]))
-        Reporter(trial, payload, trial.cfg.rounds).finish(trial.cfg.rounds, Path(directory))
+        record = json.loads(path.read_text())
+        Reporter(None, payload, record["final"]["round"]).finish(record, Path(directory))
     return True

@@ -13,7 +13,7 @@ The ``*_data`` functions are pure selections on the aggregated cells; the plotti
 
 from __future__ import annotations
 
-import re
+import string
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +28,7 @@ from fedarena.leaderboards.tables import label, setting_label, sort_key  # noqa:
 
 MAX_ROWS = 20  # the figure's distinct colours (tab20); further rows are left out, in table order
 MIN_WIDTH = 6.5  # inches: room for a title naming a stand-in dataset above a single panel
+FILE_NAME_CHARACTERS = set(string.ascii_letters + string.digits + "_.-")  # a label's others become _ in file names
 
 
 def palette(methods) -> dict:
@@ -176,7 +177,7 @@ def write_figures(
 
 def file_stem(dataset: str) -> str:
     """A dataset label as a file-name part."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", str(dataset))
+    return "".join(c if c in FILE_NAME_CHARACTERS else "_" for c in str(dataset))
 
 
 def run_on(cells: pd.DataFrame, dataset: str) -> str:

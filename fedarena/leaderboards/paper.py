@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fedarena.leaderboards.declared import METHOD_ALIASES
 from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
 from fedarena.suites.dataset_labels import runs_the_named_dataset
 
-METHOD_ALIASES = {"plain_finetuning": "finetuning", "per_fedavg_hf": "per_fedavg"}
 PAPER_METRICS = {
     "ditto": {"acc_mean": "acc_pooled", "acc_std": "acc_std"},
     "fedtilt": {

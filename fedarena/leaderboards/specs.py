@@ -37,31 +37,24 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION, SPARSE
+from fedarena.leaderboards.declared import TABLES
 from fedarena.leaderboards.significance import ALPHA, NOT_SIGNIFICANT
 from fedarena.leaderboards.tables import MISSING, Block, Table, label, pivot, setting_label
 from fedarena.leaderboards.worst import tag_worst, worst_cells
 
-DITTO_ATTACKS = ("clean", "a1", "a2", "a3")
 WORST_MODES = ("", "column", "only")
 WORST_CASE = "worst_case"
 BACKDOOR = "backdoor"
 ASR = "asr_pooled"  # the attack success rate the backdoor table shows, bolds and tests
-PERSONALIZED = ("finetuning", "l2sgd", "ewc", "skl", "per_fedavg", "mapper", "apfl")
-FEDTILT_METRICS = (
-    ("acc_pooled", "test acc. (%)"),
-    ("acc_std", "client σ"),
-    ("class_std_mean", "μσ"),
-    ("class_std_std", "σσ"),
-)
 
 
 @dataclass(frozen=True)
 class TableSpec:
     """Which cells a table shows and how.
 
-    ``methods``: ordered method ids, a regular expression, or None for every method present.
+    ``methods``: ordered method labels, or None for every method present.
     ``attacks`` / ``settings``: attack labels, or exact (attack, level) pairs, to keep (None: all).
-    ``requires``: regex; the table is written only if some method present matches it.
+    ``requires``: method labels; the table is written only if one of them ran.
     ``requires_metric``: a ``SPARSE`` metric (e.g. the ASR); the table is written only if some cell has it, and
     shows the attacks where some cell has it plus the clean cells of the rows (dataset, method) that ran them.
     ``value``: "mean_std", "mean", "metrics" (one column per entry of ``metrics``, in percent) or
@@ -74,10 +67,10 @@ class TableSpec:
 
     name: str
     title: str
-    methods: tuple[str, ...] | str | None = None
+    methods: tuple[str, ...] | None = None
     attacks: tuple[str, ...] | None = None
     settings: tuple[tuple[str, float], ...] | None = None
-    requires: str | None = None
+    requires: tuple[str, ...] | None = None
     requires_metric: str | None = None
     column_by: tuple[str, ...] = ("attack_label", "level")
     block_by: tuple[str, ...] = ("dataset_label",)
@@ -97,53 +90,33 @@ class TableSpec:
                              f"{self.requires_metric!r}")
 
 
-def _fedtilt(name: str, title: str, attack: str) -> TableSpec:
-    return TableSpec(
-        name, title, methods=("fedavg", "ditto", "fedtilt"), attacks=(attack,), requires="fedtilt",
-        column_by=("metric",), block_by=("dataset_label", "attack_label", "level"),
-        value="metrics", bold="direction", metrics=FEDTILT_METRICS,
-    )  # fmt: skip
+def spec_of(declared: dict) -> TableSpec:
+    """A table's spec from its declaration (``paper_tables/tables.yaml``): lists become tuples."""
+    data = dict(declared)
+    for key in ("methods", "attacks", "requires", "column_by", "block_by"):
+        if data.get(key) is not None:
+            data[key] = tuple(data[key])
+    if "settings" in data:
+        data["settings"] = tuple((str(a), float(lv)) for a, lv in data["settings"])
+    if "metrics" in data:
+        data["metrics"] = tuple((str(m), str(h)) for m, h in data["metrics"])
+    return TableSpec(**data)
 
 
-SPECS = (
-    TableSpec("ditto_table1", "Ditto Table 1: average (standard deviation) test accuracy on benign devices",
-              methods=("global", "local", "fair_term_t1", "ditto"), attacks=DITTO_ATTACKS,
-              requires="global|local|fair_term_t1", worst="column"),
-    TableSpec("ditto_table2", "Ditto Table 2: personalization methods, clean and 50% adversaries (A1)",
-              methods=("global", "local", *PERSONALIZED, "ditto"), settings=(("clean", 0.0), ("a1", 0.5)),
-              requires="|".join(PERSONALIZED), column_by=("attack_label", "level", "dataset_label"), block_by=()),
-    TableSpec("ditto_table3", "Ditto Table 3: Ditto augmented with robust aggregators (means)",
-              methods=("global", "clipping", "multi_krum", "ditto", "ditto_clipping", "ditto_multi_krum"),
-              attacks=("a1", "a2", "a3"), requires="ditto_(clipping|multi_krum)", value="mean", bold="mean",
-              worst="column"),
-    TableSpec("ditto_table5", "Ditto Table 5: fixed and dynamic lambda",
-              methods=r"ditto(_lam[0-9.]+|_best_lam|_dynamic_lam)?", attacks=DITTO_ATTACKS,
-              requires=r"ditto_(lam[0-9.]+|best_lam|dynamic_lam)", worst="column"),
-    TableSpec("full", "Every method and setting (layout of Ditto appendix Tables 7-12)", worst="column"),
-    TableSpec(WORST_CASE, "Worst case: each row's lowest benign accuracy over the attacks run at one level",
-              worst="only"),
-    TableSpec(BACKDOOR, "Backdoor: clean accuracy / attack success rate (std across devices) on benign devices",
-              requires_metric=ASR, value="acc_asr_std", bold="asr"),
-    _fedtilt("fedtilt_table2", "FedTilt Table II: clean data (percent)", "clean"),
-    _fedtilt("fedtilt_table3", "FedTilt Table III: persistent random corruptions (percent)",
-             "persistent_random_corruption"),
-    _fedtilt("fedtilt_table7", "FedTilt Table VII: persistent Gaussian noise (percent)", "persistent_gaussian_noise"),
-)  # fmt: skip
+SPECS = tuple(spec_of(table) for table in TABLES)
 
 
 def select(cells: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     """The aggregated cells a spec shows (empty when its ``requires`` is not met)."""
     methods = cells["method_label"].astype(str)
-    if spec.requires and not methods.str.fullmatch(spec.requires).any():
+    if spec.requires and not methods.isin(spec.requires).any():
         return cells.iloc[0:0]
     keep = pd.Series(True, index=cells.index)
     if spec.requires_metric is not None:
         keep &= measured(cells, spec.requires_metric)
         if not keep.any():
             return cells.iloc[0:0]
-    if isinstance(spec.methods, str):
-        keep &= methods.str.fullmatch(spec.methods)
-    elif spec.methods is not None:
+    if spec.methods is not None:
         keep &= methods.isin(spec.methods)
     if spec.attacks is not None:
         keep &= cells["attack_label"].isin(spec.attacks)
@@ -276,7 +249,7 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
     if shown.empty:
         return None
     frame = tag_worst(display_frame(shown, spec))
-    order = spec.methods if isinstance(spec.methods, tuple) else None
+    order = spec.methods
     metric_order = {head: i for i, (_, head) in enumerate(spec.metrics)}
     blocks = pivot(frame, row_key="method_label", column_by=spec.column_by, block_by=spec.block_by,
                    row_order=order, column_order=metric_order)  # fmt: skip

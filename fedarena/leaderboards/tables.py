@@ -10,12 +10,12 @@ frame gives each score's spread over seeds, every column's bold entry is tested 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from fedarena.leaderboards.declared import DISPLAY
 from fedarena.leaderboards.significance import NOT_SIGNIFICANT, Scored, Verdict, column_verdict
 from fedarena.suites.order import AXES as ORDERED
 from fedarena.suites.order import label_order
@@ -72,9 +72,10 @@ def sort_key(key: str, value) -> tuple:
 
 
 def label(key: str, value) -> str:
-    """Display text of one value: attacks as A1..A3, levels as percentages."""
-    if key == "attack_label":
-        return str(value).upper() if re.fullmatch(r"a\d+", str(value)) else str(value)
+    """Display text of one value: as ``paper_tables/tables.yaml`` prints it (Ditto's threats as A1..A3), levels as
+    percentages."""
+    if key in DISPLAY:
+        return DISPLAY[key].get(str(value), str(value))
     if key == "level":
         return f"{100 * float(value):g}%"
     return str(value)

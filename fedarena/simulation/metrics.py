@@ -181,7 +181,13 @@ def val_acc_pooled(e: Evaluated) -> float:
 
 
 # name -> True if higher is better, for readers of the registry (the leaderboards)
-METRIC_DIRECTIONS: dict[str, bool] = {name: METRICS.get(name).higher_is_better for name in METRICS.registered()}
+def metric_directions() -> dict[str, bool]:
+    """name -> higher is better, of every metric registered now (a plugin's too), in registration order: the one
+    list of metric names that the engine computes, the store logs and the tables read."""
+    return {name: METRICS.get(name).higher_is_better for name in METRICS.registered()}
+
+
+METRIC_DIRECTIONS: dict[str, bool] = metric_directions()  # the built-in ones (at import, before any plugin)
 
 
 def plugin_metric_directions() -> dict[str, bool]:

@@ -1,5 +1,6 @@
-"""The one reader of a suite's runs (leaderboards, report, figures): runs as a DataFrame, metric histories
-and the per-client tables, from an existing store.
+"""The one reader of runs: a suite's runs as a DataFrame (leaderboards, report, figures, ``fedarena.runs``), metric
+histories and per-client tables, the runs a benchmark plans with (``RunSummary``, ``RunStore``'s reads) and
+what the UI view needs, from an existing store.
 
 Tracking schema (the contract with ``tracking.runs``, which writes it): one experiment per suite, named
 after the suite; one run per trial with the flattened config as params, provenance and table labels as
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +27,15 @@ from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import local_store_path
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.notes import CLIENTS_ARTIFACT
-from fedarena.tracking.versions import VERSIONS_TAG, current_versions, is_current, parse_param, run_identity
+from fedarena.tracking.store import mlflow_client
+from fedarena.tracking.versions import (
+    VERSIONS_TAG,
+    RunIdentity,
+    current_versions,
+    is_current,
+    parse_param,
+    run_identity,
+)
 
 CONFIG_KEYS = set(ExperimentConfig().to_dict())  # a run's params are its flattened config: these are its roots
 PAGE = 1000  # runs per search_runs call (MLflow's maximum is larger; this keeps responses small)
@@ -44,6 +54,76 @@ def all_runs(client: MlflowClient, experiment_id: str | list[str], filter_string
             return runs
 
 
+REUSED_FROM = "reused_from"  # the tag of a run copied from another suite's: the computing run's id
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    status: str
+    tags: dict[str, str]
+    start_time: int
+    identity: RunIdentity | None = None  # its identity (``tracking.versions.run_identity``)
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.identity.config_hash if self.identity is not None else self.tags.get("config_hash")
+
+
+def summarize(run) -> RunSummary:
+    """A stored run with its identity as recorded (or inferred for a previous release's run)."""
+    tags = dict(run.data.tags)
+    return RunSummary(run.info.run_id, run.info.status, tags, run.info.start_time,
+                      run_identity(run.data.params, tags))
+
+
+
+def run_summaries(client: MlflowClient, experiment_id: str) -> list[RunSummary]:
+    """Every run of an experiment with its identity, newest first."""
+    runs = [summarize(run) for run in all_runs(client, experiment_id)]
+    return sorted(runs, key=lambda r: r.start_time or 0, reverse=True)
+
+
+def finished_elsewhere(client: MlflowClient, experiment_id: str) -> dict[str, RunSummary]:
+    """The newest FINISHED computing run (not itself a copy) of each identity in the other suites'
+    experiments: the trials a suite reuses instead of computing them again."""
+    others = [e.experiment_id for e in client.search_experiments() if e.experiment_id != experiment_id]
+    found: dict[str, RunSummary] = {}
+    for run in all_runs(client, others, "attributes.status = 'FINISHED'") if others else ():
+        summary = summarize(run)
+        key = summary.config_hash
+        if key and "suite" in summary.tags and REUSED_FROM not in summary.tags and (
+                key not in found or summary.start_time > found[key].start_time):
+            found[key] = summary
+    return found
+
+
+def finished_with(client: MlflowClient, config_hash: str) -> RunSummary | None:
+    """The newest FINISHED computing run of an identity in any experiment (None: none yet)."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(experiments, f"tags.config_hash = '{config_hash}' and attributes.status = 'FINISHED'",
+                               order_by=["attributes.start_time DESC"], max_results=50)
+    computed = [run for run in found if REUSED_FROM not in run.data.tags]
+    return summarize(computed[0]) if computed else None
+
+
+def newest_run(client: MlflowClient, experiment_id: str) -> Run | None:
+    """The experiment's most recently started run (None: it has none)."""
+    newest = client.search_runs([experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
+    return newest[0] if newest else None
+
+
+def copy_material(client: MlflowClient, run_id: str) -> tuple[Run, list]:
+    """(the run, every value of its every metric at every step): what a copy of it logs."""
+    run = client.get_run(run_id)
+    return run, [m for key in run.data.metrics for m in client.get_metric_history(run_id, key)]
+
+
+def download_artifacts(client: MlflowClient, run_id: str, folder: str) -> str:
+    """Every artifact of a run into ``folder`` (no progress bar); returns where."""
+    with env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
+        return client.download_artifacts(run_id, "", folder)
+
+
 class NoRunsError(ConfigError):
     """Nothing to read (no store, no such suite, no runs): the message says what exists and how to fill it."""
 
@@ -57,7 +137,7 @@ def client_for(tracking_uri: str, suite: str) -> MlflowClient:
     path = local_store_path(tracking_uri)
     if path is not None and not path.exists():
         raise NoRunsError(f"no MLflow tracking store at {tracking_uri} ({path} does not exist); {fill_hint(suite)}")
-    return MlflowClient(tracking_uri=tracking_uri)
+    return mlflow_client(tracking_uri)
 
 
 def experiment_summary(client: MlflowClient) -> str:
@@ -111,14 +191,14 @@ def read_runs(tracking_uri: str, suite: str) -> pd.DataFrame:
 
 def read_histories(tracking_uri: str, run_ids: list[str], metric: str = "acc_pooled") -> pd.DataFrame:
     """Per-round values of ``metric`` (step = round) for the given runs: run_id, step, value."""
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     rows = [(run_id, m.step, m.value) for run_id in run_ids for m in client.get_metric_history(run_id, metric)]
     return pd.DataFrame(rows, columns=["run_id", "step", "value"])
 
 
 def read_client_tables(tracking_uri: str, run_ids: list[str]) -> tuple[pd.DataFrame, int]:
     """(run_id, client, malicious, accuracy) of every run's per-client table; and how many runs had none."""
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     frames, missing = [], 0
     # no MLflow progress bar per artifact downloaded (one per run: hundreds of bars)
     with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):

@@ -10,7 +10,7 @@
   ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
   and ``variant`` (e.g. ``aggregator.eps=0.5``). ``backend_used`` is the backend that ran the trial (what
   ``backend: auto`` chose; the param ``backend`` says what was asked).
-- Metrics: ``METRICS`` (every metric the engine registers, ``simulation.metrics``) at every evaluation
+- Metrics: every metric registered (``simulation.metrics.metric_directions``, a plugin's too) at every evaluation
   round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients).
   The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end). At the last
   round, what the trial's last attempt cost (``simulation.costs``): ``cost_total_s``, ``cost_round_ms``,
@@ -33,7 +33,6 @@ import math
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +42,22 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
-from fedarena.simulation.metrics import METRIC_DIRECTIONS, plugin_metric_directions
-from fedarena.tracking.environ import env_vars
-from fedarena.tracking.reading import all_runs
-from fedarena.tracking.versions import RunIdentity, run_identity
+from fedarena.simulation.metrics import metric_directions
+from fedarena.tracking.reading import (
+    REUSED_FROM,
+    RunSummary,
+    copy_material,
+    download_artifacts,
+    finished_elsewhere,
+    finished_with,
+    run_summaries,
+)
 
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
-METRICS = (HISTORY_METRIC, *(name for name in METRIC_DIRECTIONS if name != HISTORY_METRIC))
 TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite", "scale", "dataset_fingerprint",
         "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
         "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used")
-REUSED_FROM, REUSED_FROM_SUITE, USED_BY = "reused_from", "reused_from_suite", "used_by"
+REUSED_FROM_SUITE, USED_BY = "reused_from_suite", "used_by"  # REUSED_FROM: ``tracking.reading``
 METRIC_DIRECTIONS_TAG = "metric_directions"  # JSON {metric: higher is better} of the plugins' metrics a run logged
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
 # Bookkeeping tags of the benchmark runner: resume point, retries and the error of a failed trial.
@@ -87,26 +91,6 @@ def run_name(method_label: str, dataset_label: str, attack_label: str, level: fl
     the config hash, not this, is the run's identity."""
     setting = f"{attack_label}@{level:g}" if level > 0 else attack_label
     return f"{method_label} {dataset_label} {setting} s{seed}"
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    status: str
-    tags: dict[str, str]
-    start_time: int
-    identity: RunIdentity | None = None  # its identity (``tracking.versions.run_identity``)
-
-    @property
-    def config_hash(self) -> str | None:
-        return self.identity.config_hash if self.identity is not None else self.tags.get("config_hash")
-
-
-def summarize(run) -> RunSummary:
-    """A stored run with its identity as recorded (or inferred for a previous release's run)."""
-    tags = dict(run.data.tags)
-    return RunSummary(run.info.run_id, run.info.status, tags, run.info.start_time,
-                      run_identity(run.data.params, tags))
 
 
 class RunStore:
@@ -179,37 +163,23 @@ class RunStore:
         self.client.set_terminated(run_id, status)
         self.artifact_uris.pop(run_id, None)
 
+    # The reads (``tracking.reading``, the one reader of runs) of this suite's experiment:
     def runs(self) -> list[RunSummary]:
         """Every run of the experiment with its identity, newest first."""
-        runs = [summarize(run) for run in all_runs(self.client, self.experiment_id)]
-        return sorted(runs, key=lambda r: r.start_time or 0, reverse=True)
+        return run_summaries(self.client, self.experiment_id)
 
     def finished_elsewhere(self) -> dict[str, RunSummary]:
-        """The newest FINISHED computing run (not itself a copy) of each identity in the other suites'
-        experiments: the trials this suite reuses instead of computing them again."""
-        others = [e.experiment_id for e in self.client.search_experiments() if e.experiment_id != self.experiment_id]
-        found: dict[str, RunSummary] = {}
-        for run in all_runs(self.client, others, f"attributes.status = '{FINISHED}'") if others else ():
-            summary = summarize(run)
-            key = summary.config_hash
-            if key and "suite" in summary.tags and REUSED_FROM not in summary.tags and (
-                    key not in found or summary.start_time > found[key].start_time):
-                found[key] = summary
-        return found
+        """The newest FINISHED computing run of each identity in the other suites' experiments."""
+        return finished_elsewhere(self.client, self.experiment_id)
 
     def finished_with(self, config_hash: str) -> RunSummary | None:
         """The newest FINISHED computing run of an identity in any experiment (None: none yet)."""
-        experiments = [e.experiment_id for e in self.client.search_experiments()]
-        found = self.client.search_runs(
-            experiments, f"tags.config_hash = '{config_hash}' and attributes.status = '{FINISHED}'",
-            order_by=["attributes.start_time DESC"], max_results=50)
-        computed = [run for run in found if REUSED_FROM not in run.data.tags]
-        return summarize(computed[0]) if computed else None
+        return finished_with(self.client, config_hash)
 
     def link(self, source: RunSummary, name: str, params: Mapping[str, str], tags: Mapping[str, str]) -> str:
         """Copy a run another suite computed into this suite's experiment (its metrics at every step and its
         artifacts) under this suite's ``tags``, FINISHED; the source's ``used_by`` gains this suite."""
-        run = self.client.get_run(source.run_id)
+        run, metrics = copy_material(self.client, source.run_id)
         carried = {k: v for k, v in run.data.tags.items() if k in ("dataset_fingerprint", BACKEND_USED, "diverged",
                                                                    FAILURES, RESUMED_FROM)}
         tags = {**carried, **tags, REUSED_FROM: source.run_id, REUSED_FROM_SUITE: run.data.tags.get("suite", "")}
@@ -219,11 +189,10 @@ class RunStore:
         items = [Param(k, v) for k, v in params.items()]
         for start in range(0, len(items), BATCH):
             self.client.log_batch(run_id, params=items[start : start + BATCH])
-        metrics = [m for key in run.data.metrics for m in self.client.get_metric_history(source.run_id, key)]
         for start in range(0, len(metrics), METRIC_BATCH):
             self.client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
-        with tempfile.TemporaryDirectory() as tmp, env_vars(MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false"):
-            folder = self.client.download_artifacts(source.run_id, "", tmp)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = download_artifacts(self.client, source.run_id, tmp)
             get_artifact_repository(created.info.artifact_uri, tracking_uri=self.client.tracking_uri
                                     ).log_artifacts(folder)
         self.client.set_terminated(run_id, FINISHED)
@@ -244,8 +213,7 @@ class RunStore:
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
     """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics), and
     what the run cost (``cost_*``, at its last round)."""
-    plugin = sorted(plugin_metric_directions())  # registered by a plugin after this module was imported
-    keys = [*METRICS, *plugin, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
+    keys = [*metric_directions(), *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
     return [Metric(key, float(metrics[key]), now, round_idx) for key in keys
             if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
 

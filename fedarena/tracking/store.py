@@ -67,6 +67,11 @@ def check_driver(uri: str) -> None:
                             f"is not installed ({first_line(err)}); {fix}") from None
 
 
+def mlflow_client(uri: str) -> MlflowClient:
+    """The one way fedarena makes an MLflow client: explicit about its store, no global MLflow state."""
+    return MlflowClient(tracking_uri=uri)
+
+
 def check_store(uri: str) -> MlflowClient:
     """A client on a store that answers; TrackingError naming the store otherwise (before any trial runs).
 
@@ -83,7 +88,7 @@ def check_store(uri: str) -> MlflowClient:
         _probe_database(uri)
     try:  # this MLflow opens (and creates or migrates) the database in the client's constructor
         with schema_lock(uri):
-            client = MlflowClient(tracking_uri=uri)
+            client = mlflow_client(uri)
             client.search_experiments(max_results=1)
     except (MlflowException, SQLAlchemyError, OSError, ImportError) as err:
         raise TrackingError(f"tracking store {redact(uri)} cannot be used: {first_line(err)}") from None

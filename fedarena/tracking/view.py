@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.errors import ConfigError
 from fedarena.tracking.notes import NOTE_TAG, run_note
-from fedarena.tracking.reading import all_runs
+from fedarena.tracking.reading import all_runs, newest_run
 
 VIEW_KEY = "fedarena"
 SHARED_VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
@@ -72,8 +72,8 @@ def runs_url(host: str, port: int, experiment_id: str) -> str:
 
 def latest_suite_run(client: MlflowClient, experiment: Experiment) -> Run | None:
     """The experiment's newest run if it is a benchmark trial (it carries the ``suite`` tag)."""
-    newest = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
-    return newest[0] if newest and "suite" in newest[0].data.tags else None
+    newest = newest_run(client, experiment.experiment_id)
+    return newest if newest is not None and "suite" in newest.data.tags else None
 
 
 def suite_experiments(client: MlflowClient) -> list[tuple[Experiment, int]]:
