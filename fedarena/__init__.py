@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 # name -> the module that defines it (loaded on first use)
 _EXPORTS = {
     "run": "fedarena.api", "benchmark": "fedarena.api", "runs": "fedarena.api", "leaderboard": "fedarena.api",
-    "RunResult": "fedarena.api", "load_plugins": "fedarena.api",
+    "RunResult": "fedarena.api", "load_plugins": "fedarena.api", "evaluate": "fedarena.api",
     "aggregator": "fedarena.methods.aggregators.base", "pre_aggregator": "fedarena.methods.aggregators.base",
     "check_common": "fedarena.methods.aggregators.base", "check_updates": "fedarena.methods.aggregators.base",
     "method": "fedarena.methods.base", "Method": "fedarena.methods.base", "StepContext": "fedarena.methods.base",

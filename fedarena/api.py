@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedarena.battery.harness import evaluate
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.runner import BenchSummary, benchmark, open_store
@@ -40,8 +41,8 @@ from fedarena.tracking.reading import runs
 from fedarena.tracking.runs import FINISHED, RunStore, run_name, run_params, version_tags
 
 ADHOC = "adhoc"  # the experiment of tracked single runs unless one is named
-__all__ = ["ADHOC", "BenchSummary", "RunResult", "benchmark", "leaderboard", "load_plugins", "make_config", "run",
-           "runs", "track_run"]
+__all__ = ["ADHOC", "BenchSummary", "RunResult", "benchmark", "evaluate", "leaderboard", "load_plugins",
+           "make_config", "run", "runs", "track_run"]
 
 
 def load_plugins(include: Iterable[str | Path] = ()) -> list[PluginSource]:

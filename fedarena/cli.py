@@ -120,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_store_early(argv: list[str]) -> None:
-    """``bench run``'s tracking store, checked before the subcommands load torch, Ray and MLflow (seconds):
+    """``bench run``'s and ``evaluate``'s tracking store, checked before the subcommands load torch, Ray and MLflow:
     a store file that is not a database, or a read-only folder, is one line in milliseconds."""
-    if argv[:2] != ["bench", "run"]:
+    if argv[:2] != ["bench", "run"] and argv[:1] != ["evaluate"]:
         return
     from fedarena.tracking.location import check_local_store, tracking_uri
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from fedarena.battery import commands as battery_commands
 from fedarena.bench import commands as bench_commands
 from fedarena.datasets import commands as data_commands
 from fedarena.leaderboards import commands as leaderboard_commands
 from fedarena.report import commands as report_commands
 
-MODULES: list = [bench_commands, data_commands, leaderboard_commands, report_commands]
+MODULES: list = [bench_commands, battery_commands, data_commands, leaderboard_commands, report_commands]

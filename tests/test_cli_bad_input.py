@@ -83,6 +83,7 @@ FILES = {
     "plugin_attack.py": ("from fedarena import attack, Effect\n\n@attack('bad_tamper')\n"
                          "def build(dataset, malicious, rng):\n    return Effect(dataset, tamper=lambda u, bad, gen: u * 2)\n"),
     "plugin_text.txt": "not python\n",
+    "claim_keys.json": '{"robust": {"min_max@0.2": 0.8}}\n',
     **{f"{name}.yaml": SUITE_BASE.format(name=name).replace(*edit, 1) for name, edit in SUITE_EDITS.items()},
 }
 ALL = {  # registry kind -> its names, for "the message lists every allowed name"
@@ -248,6 +249,24 @@ DATA = [
     (("data", "info", "fmnist", "--no-verify=1"), ["argument --no-verify: ignored explicit argument '1'"]),
     (("data", "list", *INCLUDE), ["plugin {T}/plugin_typo.py: import failed at plugin_typo.py:3"]),
 ]
+EVALUATE = [
+    (("evaluate",), ["one of the arguments --aggregator --method --builtin is required"]),
+    (("evaluate", "--aggregator", "medain"), ["unknown aggregator 'medain' (did you mean 'median'?); available:"]),
+    (("evaluate", "--method", "dito"), ["unknown method 'dito' (did you mean 'ditto'?); available:"]),
+    (("evaluate", "--builtin", "--set", "beta=0.1"), ["--builtin evaluates every component at its defaults"]),
+    (("evaluate", "--aggregator", "median", "--set", "novalue"), ["--set expects KEY=VALUE, got 'novalue'"]),
+    (("evaluate", "--aggregator", "median", "--set", "nosuch=1"), ["unknown parameter(s) ['nosuch'] for aggregator"]),
+    (("evaluate", "--aggregator", "median", *INCLUDE), ["plugin {T}/plugin_typo.py: import failed"]),
+    (("evaluate", "--aggregator", "median", "--scale", "huge"), ["invalid choice: 'huge'"]),
+    (("evaluate", "--aggregator", "median", "--out", "{T}/syntax.yaml"), ["argument --out:", "is a file"]),
+    (("evaluate", "--aggregator", "median", "--claim", "{T}/list.yaml"), ["claim file", "list.yaml: not JSON"]),
+    (("evaluate", "--aggregator", "median", "--claim", "{T}/claim_keys.json"),
+     ["expected keys clean_acc, robust_acc, got ['robust']"]),
+    (("evaluate", "--aggregator", "median", "--tracking-uri", "sqlite:///{T}/not_a_db.db"),
+     ["is not a usable SQLite database"]),
+    (("evaluate", "--aggregator", "median", "--storage", "{T}/syntax.yaml"), ["argument --storage:", "is a file"]),
+    (("evaluate", "--aggregator", "median", "--num-cpus", "0"), ["argument --num-cpus: expected an integer >= 1"]),
+]
 REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind (message lists every name)
     "dataset": (("data", "info", "nosuch"), ["unknown dataset 'nosuch'; available:"]),
     "data source": (("data", "fetch", "nosuch_source"), ["unknown dataset 'nosuch_source'; available:"]),
@@ -271,7 +290,7 @@ def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
 
 
 COMMANDS = {words[0] for words, _ in subcommands(cli.build_parser())}
-CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA
+CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA + EVALUATE
 SUBPROCESS = [  # through the installed command, as a user types it
     (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
     (("bench", "run", "{T}/level.yaml"), ["a level is a fraction of the clients in [0, 1)"]),

@@ -14,10 +14,11 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
     {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "report", "perf", "examples", "api"},  # api: the Python API the commands call
+    {"bench", "leaderboards", "report", "perf", "examples", "api", "battery"},  # api: what the commands call
     {"commands", "cli"},
 ]
-LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py",
+            "battery/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
 
 
 def module_name(path: Path) -> str:

@@ -87,6 +87,7 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
     if plugin_metric_directions():
         tags[METRIC_DIRECTIONS_TAG] = json.dumps(plugin_metric_directions(), sort_keys=True)
+    tags.update(spec.tags)
     return tags
 
 

@@ -78,6 +78,7 @@ class TrialSpec:
     config_key: str = ""
     versions: dict = field(default_factory=dict)  # "kind/name" -> version of every component it uses
     legacy_hash: str = ""  # what a previous release recorded as this trial's config_hash (its runs, checkpoints)
+    tags: dict = field(default_factory=dict)  # the suite's own tags for every run (``Suite.tags``)
 
 
 def merge(data: dict, patch: dict) -> None:
@@ -169,7 +170,7 @@ def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple
         spec = TrialSpec(cfg, suite.name, scale, method.label, combo.dataset.label, combo.attack.label,
                          combo.level, combo.seed, identity.config_hash, identity.cell_hash, combo.name,
                          method.group, method.select.by if method.group else "", method.variant,
-                         identity.config_key, identity.versions, cfg.legacy_hash())
+                         identity.config_key, identity.versions, cfg.legacy_hash(), dict(suite.tags))
         if spec.config_hash in seen:
             raise SuiteError(f"{suite.path}: {where}: same config as trial '{seen[spec.config_hash]}'; give the "
                              f"entries different settings or drop one")

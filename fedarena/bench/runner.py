@@ -60,6 +60,7 @@ from fedarena.bench.plan import (
 from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
+from fedarena.bench.suite import Suite
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
@@ -180,12 +181,13 @@ def benchmark(suite: str | Path, scale: str = "quick", *, include=(), tracking_u
                                   **options), printer)
 
 
-def run_bench(options: BenchOptions, printer: Printer | None = None) -> BenchSummary:
-    """Validate, plan and run a suite at a scale (see the module docstring); returns the counts."""
+def run_bench(options: BenchOptions, printer: Printer | None = None, suite: Suite | None = None) -> BenchSummary:
+    """Validate, plan and run a suite at a scale (see the module docstring); returns the counts. ``suite``: a
+    suite built in memory (the threat battery's), instead of the one ``options.suite`` names."""
     printer = printer or Printer()
     options = replace(options, tracking_uri=tracking_uri(options.tracking_uri))  # worked out once, here
     load_checked(options.include)  # before the suite: its names may be a plugin's
-    suite = load_suite(options.suite)
+    suite = suite if suite is not None else load_suite(options.suite)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
     with env_vars(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):

@@ -149,3 +149,4 @@ class Suite:
     scales: dict[str, Scale]
     reproduces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # paper id -> its tables the paper scale makes
     include: tuple[Path, ...] = ()  # plugin files or packages the suite's components come from
+    tags: dict[str, str] = field(default_factory=dict)  # recorded on every run (e.g. the battery's version)

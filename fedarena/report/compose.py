@@ -22,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena import __version__
+from fedarena.battery.definition import NAME as BATTERY
+from fedarena.battery.harness import cards_table, report_cards
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
 from fedarena.leaderboards.figures import file_stem
@@ -71,7 +73,8 @@ def ordered_figures(paths: list[Path]) -> list[Path]:
     return sorted(paths, key=lambda p: (p.stem.split("_", 1)[1], kinds.index(p.stem.split("_", 1)[0])))
 
 
-def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int) -> list[Section]:
+def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
+             cards: list[Table] | None = None) -> list[Section]:
     boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR)]
     view = [t for t in tables if t.name == REPRODUCTION]
     worst = [t for t in tables if t.name == WORST_CASE]
@@ -82,6 +85,7 @@ def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFra
                   f"accuracies.</p>"] if missing else []
     no_worst = ["<p>No dataset ran two or more attacks at one level: no worst case over attacks.</p>"]
     return [
+        *([Section("robustness-cards", "Robustness cards", table_lines(cards))] if cards else []),
         Section("leaderboards", "Leaderboards", table_lines(boards)),
         Section("worst-case", "Worst case over attacks", table_lines(worst) if worst else no_worst),
         *([Section("backdoor", "Backdoor attacks", table_lines(backdoor))] if backdoor else []),
@@ -110,9 +114,10 @@ def write_report(suite: str, tracking_uri: str, folder: Path, *, ci: bool = True
     with redacted_errors(tracking_uri):
         tables, cells, prepared = suite_tables(suite, tracking_uri, ci=ci, scale=scale)
     facts = meta(suite, tracking_uri, prepared, now or datetime.now(UTC))
+    cards = [cards_table(report_cards(cells, prepared))] if suite == BATTERY else None  # one card per component
     with tempfile.TemporaryDirectory() as tmp:
         paths, missing = figures(tracking_uri, cells, prepared, Path(tmp))
-        page = render_page(f"fedarena report: {suite}", facts, sections(tables, paths, prepared, missing))
+        page = render_page(f"fedarena report: {suite}", facts, sections(tables, paths, prepared, missing, cards))
     path = folder / f"{file_stem(suite)}.html"
     try:
         path.write_text(page, encoding="utf-8")

@@ -1,0 +1,176 @@
+"""A component's robustness card from the battery's runs: what RobustBench reports for a classifier, for a
+federated defense or method.
+
+From the aggregated cells of the battery's experiment (``leaderboards.cells.aggregate``: means over seeds), a
+setting (attack, level) scores the mean over the scale's datasets of benign pooled accuracy (and of its
+spread across devices, the worst 10% of devices, the attack success rate). A card holds:
+
+- ``clean_acc``: the clean setting's accuracy;
+- ``worst``: per level, the lowest accuracy over every attack run at that level and the attack that reached it,
+  with the fairness under it (``acc_std``, ``acc_worst10``); a level where the row ran nothing (its rule is
+  undefined there) is ``{"undefined": why}`` and never ranked;
+- ``worst_asr``: the highest attack success rate over the targeted attacks and levels, with its attack;
+- ``rank``: per level, the row's place by worst-case accuracy among the built-in rows of its kind that have one
+  (1 = best; ties share the better place);
+- the battery's version, the scale, the component's identity (its version) and the code version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fedarena.battery.definition import BatteryError
+
+CLAIM_KEYS = ("clean_acc", "robust_acc")
+
+
+@dataclass
+class Card:
+    component: str  # the row's label, e.g. aggregator.median
+    kind: str
+    battery_version: int
+    scale: str
+    datasets: list[str]
+    clean_acc: float | None
+    worst: dict[str, dict]  # level (e.g. "0.2") -> {acc, attack, acc_std, acc_worst10} or {undefined}
+    worst_asr: dict  # {asr, attack} ({} without a targeted attack)
+    rank: dict[str, int | None] = field(default_factory=dict)  # level -> place among the built-in rows
+    ranked_among: dict[str, int] = field(default_factory=dict)  # level -> how many rows were ranked
+    identity: str = ""  # the component's version ("1", or "1+src:<hash>" for a plugin's)
+    code_version: str = ""  # git_sha of the runs
+    settings: dict[str, dict] = field(default_factory=dict)  # "attack@level" -> {acc, acc_std, acc_worst10, asr}
+
+    def to_json(self) -> dict:
+        return _finite(asdict(self))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def setting_scores(cells: pd.DataFrame, label: str) -> pd.DataFrame:
+    """One row per (attack, level) of a component: the means over the datasets of its cells' metrics."""
+    own = cells[cells["method_label"] == label]
+    if own.empty:
+        return pd.DataFrame(columns=["attack_label", "level", "acc_pooled", "acc_std", "acc_worst10", "asr_pooled"])
+    metrics = [m for m in ("acc_pooled", "acc_std", "acc_worst10", "asr_pooled") if m in own]
+    return own.groupby(["attack_label", "level"], sort=False)[metrics].mean().reset_index()
+
+
+def card_of(cells: pd.DataFrame, label: str, *, kind: str, battery_version: int, scale: str,
+            levels: list[float], undefined: dict | None = None) -> Card:
+    """The card of one row (``label``) from the aggregated cells; ``levels``: the battery's levels;
+    ``undefined``: (attack, level) -> why, of the settings the row could not run."""
+    scores = setting_scores(cells, label)
+    clean = scores[scores["attack_label"] == "clean"]
+    clean_acc = float(clean["acc_pooled"].iloc[0]) if len(clean) else None
+    worst: dict[str, dict] = {}
+    for level in levels:
+        at = scores[(scores["attack_label"] != "clean") & np.isclose(scores["level"], level)]
+        at = at[np.isfinite(at["acc_pooled"].to_numpy(dtype=float))]
+        key = f"{level:g}"
+        if at.empty:
+            reasons = {why for (_, lv), why in (undefined or {}).items() if math.isclose(lv, level)}
+            worst[key] = {"undefined": "; ".join(sorted(reasons)) or "no run at this level"}
+            continue
+        row = at.loc[at["acc_pooled"].idxmin()]
+        worst[key] = {"acc": float(row["acc_pooled"]), "attack": str(row["attack_label"]),
+                      "acc_std": float(row.get("acc_std", np.nan)), "acc_worst10": float(row.get("acc_worst10", np.nan))}
+    return Card(label, kind, battery_version, scale, _datasets(cells, label), clean_acc, worst,
+                _worst_asr(scores), settings=_settings(scores))
+
+
+def _worst_asr(scores: pd.DataFrame) -> dict:
+    if "asr_pooled" not in scores:
+        return {}
+    targeted = scores[np.isfinite(scores["asr_pooled"].to_numpy(dtype=float))]
+    if targeted.empty:
+        return {}
+    row = targeted.loc[targeted["asr_pooled"].idxmax()]
+    return {"asr": float(row["asr_pooled"]), "attack": f"{row['attack_label']}@{float(row['level']):g}"}
+
+
+def _settings(scores: pd.DataFrame) -> dict[str, dict]:
+    out = {}
+    for row in scores.to_dict("records"):
+        key = "clean" if row["attack_label"] == "clean" else f"{row['attack_label']}@{float(row['level']):g}"
+        out[key] = {k: float(v) for k, v in row.items() if k not in ("attack_label", "level")}
+    return out
+
+
+def _datasets(cells: pd.DataFrame, label: str) -> list[str]:
+    return sorted(set(cells.loc[cells["method_label"] == label, "dataset_label"].astype(str)))
+
+
+FEDAVG = "aggregator.mean"  # FedAvg's row: the no-defense aggregator, and the global method with the mean
+
+
+def rank_cards(cards: list[Card], builtin: set[str]) -> None:
+    """Each card's place per level by worst-case accuracy among the built-in rows of its kind (and itself);
+    FedAvg's row counts among the methods too."""
+    for card in cards:
+        for level, entry in card.worst.items():
+            if "acc" not in entry:
+                card.rank[level] = None
+                continue
+            peers = [c.worst[level]["acc"] for c in cards if (c.kind == card.kind or c.component == FEDAVG)
+                     and level in c.worst and "acc" in c.worst[level] and (c.component in builtin or c is card)]
+            card.rank[level] = 1 + sum(acc > entry["acc"] for acc in peers)
+            card.ranked_among[level] = len(peers)
+
+
+def read_claim(path) -> dict:
+    """A paper's claims for a component (JSON: ``clean_acc`` and ``robust_acc`` as {"attack@level": value}),
+    checked: one line naming what is wrong and what is expected."""
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except OSError as err:
+        raise BatteryError(f"claim file {path}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:
+        raise BatteryError(f"claim file {path}: not JSON ({err})") from None
+    expected = ('{"clean_acc": 0.91, "robust_acc": {"min_max@0.2": 0.85}} (fractions; attack labels of the '
+                'battery)')
+    if not isinstance(data, dict) or set(data) - set(CLAIM_KEYS) or not data:
+        raise BatteryError(f"claim file {path}: expected keys {', '.join(CLAIM_KEYS)}, got "
+                           f"{sorted(data) if isinstance(data, dict) else type(data).__name__}; e.g. {expected}")
+    robust = data.get("robust_acc", {})
+    values = [data.get("clean_acc", 0.0), *(robust.values() if isinstance(robust, dict) else [None])]
+    if not isinstance(robust, dict) or not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in values):
+        raise BatteryError(f"claim file {path}: accuracies are fractions in [0, 1] and robust_acc maps "
+                           f"'attack@level' to one; e.g. {expected}")
+    for key in robust:
+        attack, sep, level = key.partition("@")
+        if not sep or not attack or not _is_number(level):
+            raise BatteryError(f"claim file {path}: robust_acc key {key!r} is not 'attack@level' (e.g. 'min_max@0.2')")
+    return data
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def claimed_vs_measured(card: Card, claim: dict) -> list[tuple[str, float, float | None]]:
+    """(what, claimed, measured) for every claim; measured None where the battery has no such setting."""
+    rows = []
+    if "clean_acc" in claim:
+        rows.append(("clean", float(claim["clean_acc"]), card.clean_acc))
+    for key, value in claim.get("robust_acc", {}).items():
+        attack, _, level = key.partition("@")
+        measured = card.settings.get(f"{attack}@{float(level):g}", {}).get("acc_pooled")
+        rows.append((f"{attack}@{float(level):g}", float(value), measured))
+    return rows

@@ -1,0 +1,54 @@
+"""``fedarena.evaluate`` through the benchmark runner (real Ray Tune, real MLflow) at the smoke scale: a built-in
+aggregator's card, the same call served from the store, and a plugin's aggregator ranked against it."""
+
+import json
+
+import pytest
+
+import fedarena
+from fedarena.bench.progress import Printer
+from fedarena.report.compose import build_report
+
+pytestmark = pytest.mark.integration  # real processes: Ray
+
+PLUGIN = '''
+from fedarena import aggregator, check_updates
+
+
+@aggregator("shrunk_mean")
+def shrunk_mean(updates, *, weights, losses, f, factor: float = 0.5):
+    """The mean scaled by ``factor`` (a test rule)."""
+    check_updates(updates, f)
+    return factor * updates.mean(0)
+'''
+
+
+def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against_it(ray_cluster, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    options = {"scale": "smoke", "tracking_uri": uri, "storage": tmp_path / "ray", "emit": lambda text: None}
+    lines = []
+    # Execute: the median's card, then the same call again
+    (median,) = fedarena.evaluate("median", out=tmp_path / "median", printer=Printer(lines.append), **options)
+    again_lines = []
+    (again,) = fedarena.evaluate("median", printer=Printer(again_lines.append), **options)
+    # Assert: 42 battery trials ran once; the second call trained nothing and gives the same card
+    assert any("42 trials; 0 already finished" in line for line in lines), lines
+    assert any("42 trials; 42 already finished" in line for line in again_lines), again_lines
+    assert again.to_json() == median.to_json()
+    card = json.loads((tmp_path / "median" / "card.json").read_text())
+    assert card["component"] == "aggregator.median" and card["battery_version"] == 1 and card["scale"] == "smoke"
+    assert 0 < card["clean_acc"] <= 1 and set(card["worst"]) == {"0.1", "0.2", "0.5", "0.8"}
+    assert all("acc" in card["worst"][level] and card["worst"][level]["attack"] for level in card["worst"])
+    assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",
+                                                          "targeted_flip"}
+    assert card["rank"] == {"0.1": 1, "0.2": 1, "0.5": 1, "0.8": 1}  # the only built-in row in this store
+    assert "## Robustness card: aggregator.median" in (tmp_path / "median" / "card.md").read_text()
+    # Execute: a plugin's aggregator, from a file outside the repository
+    plugin = tmp_path / "shrunk.py"
+    plugin.write_text(PLUGIN)
+    (mine,) = fedarena.evaluate("shrunk_mean", include=[plugin], settings={"factor": 0.8}, **options)
+    # Assert: its card, ranked among the built-in rows (the median) and itself
+    assert mine.component == "aggregator.shrunk_mean+factor0.8" and mine.identity.startswith("1+src:")
+    assert all(mine.ranked_among[level] == 2 and mine.rank[level] in (1, 2) for level in mine.worst)
+    page = build_report("battery", uri, tmp_path / "report").read_text()
+    assert "Robustness cards" in page and "aggregator.shrunk_mean+factor0.8" in page
