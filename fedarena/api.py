@@ -133,9 +133,10 @@ def adhoc_spec(cfg: ExperimentConfig, experiment: str) -> TrialSpec:
     attack = cfg.attack["name"] if cfg.attack["name"] != "none" else "clean"
     level = float(cfg.attack.get("level", 0.0))
     method, dataset = cfg.method["name"], cfg.dataset["name"]
+    privacy = "none" if cfg.privacy_is_default() else cfg.privacy["name"]
     return TrialSpec(cfg, experiment, ADHOC, method, dataset, attack, level, cfg.seed, identity.config_hash,
-                     identity.cell_hash, run_name(method, dataset, attack, level, cfg.seed),
-                     config_key=identity.config_key, versions=identity.versions)
+                     identity.cell_hash, run_name(method, dataset, attack, level, cfg.seed, privacy),
+                     config_key=identity.config_key, versions=identity.versions, privacy_label=privacy)
 
 
 def track_run(record: dict, store: RunStore) -> str:

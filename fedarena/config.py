@@ -1,6 +1,6 @@
 """Typed experiment config: defaults, strict construction from dicts, ``--set`` overrides, identity hash.
 
-Component sections (dataset, model, method, attack, aggregator) are ``{"name": ..., **hyperparameters}``;
+Component sections (dataset, model, method, attack, aggregator, privacy) are ``{"name": ..., **hyperparameters}``;
 their hyperparameters are checked against the registered component's signature when the config is
 resolved (``fedarena.sections.resolve_config``), so a misspelled key is an error, never ignored.
 """
@@ -22,7 +22,8 @@ import yaml
 
 from fedarena.errors import ConfigError
 
-SECTIONS = ("dataset", "model", "method", "attack", "aggregator")
+SECTIONS = ("dataset", "model", "method", "attack", "aggregator", "privacy")
+NO_PRIVACY = "none"  # the privacy section's default mechanism (``fedarena.privacy``): no DP, no secure aggregation
 BACKENDS = ("auto", "sequential", "batched")  # auto: models.backends.auto_backend picks one
 SAMPLINGS = ("proportional", "uniform")
 SCALES = ("smoke", "quick", "paper")  # a suite's scales, from the least to the most thorough
@@ -36,6 +37,7 @@ class ExperimentConfig:
     method: dict = field(default_factory=lambda: {"name": "global"})
     attack: dict = field(default_factory=lambda: {"name": "none", "level": 0.0})
     aggregator: dict = field(default_factory=lambda: {"name": "mean"})
+    privacy: dict = field(default_factory=lambda: {"name": NO_PRIVACY})
     rounds: int = 50
     clients_per_round: int = 10
     local_steps: int = 2
@@ -96,11 +98,17 @@ class ExperimentConfig:
         """Dotted key -> value (e.g. ``method.lam``), the form logged as MLflow params."""
         return flatten(self.to_dict())
 
+    def privacy_is_default(self) -> bool:
+        """Whether the privacy section is the default (no DP, no secure aggregation): no number changes."""
+        return self.privacy.get("name") == NO_PRIVACY and not self.privacy.get("secure_aggregation", False)
+
     def legacy_hash(self, exclude: tuple[str, ...] = ()) -> str:
         """What a previous release recorded as the ``config_hash`` of this resolved config (sha256 of the canonical
         JSON of every key), optionally without some keys: the key of its runs and checkpoints. A trial's
         identity today is ``simulation.identity.trial_identity``."""
         items = {k: v for k, v in self.flat().items() if k not in exclude}
+        if self.privacy_is_default():  # the section came later: at its default, hashes stay as they were
+            items = {k: v for k, v in items.items() if not k.startswith("privacy.")}
         blob = json.dumps(items, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

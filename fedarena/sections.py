@@ -24,6 +24,8 @@ from fedarena.methods.aggregators.builder import (
 from fedarena.methods.base import METHOD_SECTION, Method, method_from
 from fedarena.models.zoo import AUTO, MODEL_SECTION
 from fedarena.params import SectionKind
+from fedarena.privacy.dp_trial import check_privacy
+from fedarena.privacy.mechanisms import PRIVACY_SECTION, privacy_from
 
 KINDS: dict[str, SectionKind] = {
     "dataset": DATASET_SECTION,
@@ -31,6 +33,7 @@ KINDS: dict[str, SectionKind] = {
     "method": METHOD_SECTION,
     "attack": ATTACK_SECTION,
     "aggregator": AGGREGATOR_SECTION,
+    "privacy": PRIVACY_SECTION,
 }
 
 
@@ -103,17 +106,19 @@ def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
 
 
 def check_planned_server_rule(cfg: ExperimentConfig) -> None:
-    """``check_server_rule`` before any data is loaded (suite validation), where the number of clients is
-    known from the dataset options; datasets whose number of clients is only known from the data (natural
-    partitions) get their aggregator checked when the trial is built."""
+    """``check_server_rule`` and the privacy section's rules before any data is loaded (suite validation), where
+    the number of clients is known from the dataset options; datasets whose number of clients is only known from
+    the data (natural partitions) get their aggregator checked when the trial is built."""
     method = method_from(cfg.method)
     check_method_model(cfg, method)
     num_clients = cfg.dataset.get("num_clients")
     if not isinstance(num_clients, int) or isinstance(num_clients, bool):
         if not method.uses_aggregator:
             check_server_rule(cfg, method, 0, cfg.clients_per_round)
+        check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None)
         return
     if cfg.clients_per_round > num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
     malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
-    check_server_rule(cfg, method, malicious, num_clients)
+    rule = check_server_rule(cfg, method, malicious, num_clients)
+    check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, rule)

@@ -28,11 +28,13 @@ from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
+from fedarena.privacy.mechanisms import PRIVACY
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites import SUITES
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ("--out", "{T}/result.json")
+DP = ("--privacy", "central", "--sampling", "uniform")
 SMOKE = ("bench", "run", "smoke", "--scale", "smoke", "--dry-run", "--tracking-uri", "sqlite:///{T}/bench.db")
 SUITE_BASE = """\
 name: {name}
@@ -90,6 +92,7 @@ ALL = {  # registry kind -> its names, for "the message lists every allowed name
     "dataset": DATASETS.names(), "model": MODELS.names(), "method": METHODS.names(), "attack": ATTACKS.names(),
     "aggregator": AGGREGATORS.names(), "pre-aggregator": PRE_AGGREGATORS.names(),
     "partition": PARTITIONERS.names(), "metric": list(METRIC_DIRECTIONS), "suite": SUITES.names(),
+    "privacy": PRIVACY.names(),
 }
 
 # (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
@@ -133,6 +136,30 @@ RUN = [
     (("run", *OUT, "--clients-per-round", "0"), ["clients_per_round must be a positive integer, got 0"]),
     (("run", *OUT, "--clients-per-round", "500"), ["clients_per_round=500 exceeds the 30 clients"]),
     (("run", *OUT, "--local-steps", "-1"), ["set local_steps >= 1", "or local_epochs >= 1"]),
+    (("run", *OUT, "--sampling", "random"), ["sampling must be one of proportional, uniform; got 'random'"]),
+    (("run", *OUT, "--privacy", "central", "--set", "privacy.noise_multiplier=1"),
+     ["privacy 'central' needs sampling: uniform", "got sampling=proportional"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=-1"),
+     ["privacy 'central': noise_multiplier must be a finite number >= 0", "got -1"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.clip=0"),
+     ["privacy 'central': clip (the L2 bound of an update) must be a finite number > 0, got 0"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.delta=1.5"),
+     ["privacy 'central': delta must be in (0, 1)", "got 1.5"]),
+    (("run", *OUT, *DP, "--set", "privacy.target_epsilon=0.05", "--set", "privacy.adaptive=true"),
+     ["privacy: target_epsilon=0.05 is out of reach", "raise count_noise"]),
+    (("run", *OUT, *DP), ["privacy 'central': give noise_multiplier", "or target_epsilon", "not neither"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.accountant=moments"),
+     ["privacy 'central': accountant must be one of rdp, pld, got 'moments'"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.accountant=pld"),
+     ["privacy accountant 'pld' cannot account for SampledWithoutReplacementDpEvent", "use accountant rdp"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--method", "local"),
+     ["method 'local' has no global aggregation", "leave privacy at none"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--method", "term"),
+     ["method 'term' weights the devices by their losses or updates"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--aggregator", "flame"),
+     ["aggregator 'flame' has no known sensitivity", "central DP composes with", "or use privacy local"]),
+    (("run", *OUT, "--aggregator", "krum", "--set", "privacy.secure_aggregation=true"),
+     ["aggregator 'krum' needs each device's update, which secure aggregation hides", "mean"]),
     (("run", *OUT, "--local-epochs", "x"), ["argument --local-epochs: invalid int value: 'x'"]),
     (("run", *OUT, "--batch-size", "0"), ["batch_size must be a positive integer, got 0"]),
     (("run", *OUT, "--lr", "0"), ["lr must be a positive finite number, got 0.0"]),
@@ -278,6 +305,7 @@ REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind 
     "partition": (("run", *OUT, "--set", "dataset.partition=nosuch"), ["unknown partition 'nosuch'; available:"]),
     "metric": (("bench", "run", "{T}/select_metric.yaml"), ["unknown metric 'nosuch'; available:"]),
     "suite": (("bench", "run", "nosuch"), ["unknown suite 'nosuch'; available:"]),
+    "privacy": (("run", *OUT, "--privacy", "nosuch"), ["unknown privacy 'nosuch'; available: central, local, none"]),
 }
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     """(command words, its parser) for every leaf subcommand, e.g. (("bench", "run"), parser)."""

@@ -11,6 +11,7 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"registry", "params", "errors", "plugins"},  # plugins: imports a user's module under its origin
     {"config", "datasets", "models"},
     {"methods", "attacks"},
+    {"privacy"},  # differential privacy: wraps a server rule (methods), read by the sections and the engine
     {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
     {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics

@@ -58,7 +58,7 @@ def test_report_shows_the_backdoor_table_from_the_store(tmp_path, monkeypatch):
     part = section(page, "backdoor")
     assert '<th colspan="1">clean</th><th colspan="1">flip</th>' in part
     assert "<tr><td>global</td><td>.705±.064 / – (.10)</td><td>.705±.064 / .810±.127 (.10)</td></tr>" in part
-    assert ("<tr><td>median</td><td>.605±.064 / – (.10)</td><td><b>.605±.064 / .210±.127 (.10)</b></td></tr>"
+    assert ("<tr><td>median§</td><td>.605±.064 / – (.10)</td><td><b>.605±.064 / .210±.127 (.10)</b></td></tr>"
             in part)
     assert "<tr><td>ditto</td><td>.805±.064 / – (.10)</td><td>.805±.064 / .410±.127 (.10)</td></tr>" in part
     assert "‡</b>" not in part and "A1" not in part

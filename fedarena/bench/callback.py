@@ -24,6 +24,7 @@ from ray import tune
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
+from fedarena.bench.suite import NO_PRIVACY
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.metrics import plugin_metric_directions
@@ -85,6 +86,8 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
             "dataset_name": spec.config.dataset["name"], **versions}
     if spec.select_group:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
+    if spec.privacy_label != NO_PRIVACY:  # runs without the tag read as none (the tables' ``privacy_label``)
+        tags["privacy_label"] = spec.privacy_label
     if plugin_metric_directions():
         tags[METRIC_DIRECTIONS_TAG] = json.dumps(plugin_metric_directions(), sort_keys=True)
     tags.update(spec.tags)

@@ -1,9 +1,10 @@
 """Grid expansion: a suite at one scale -> the list of trials (one federated run each).
 
 The grid is datasets x methods (a method entry with ``select`` contributes its variants at the scales it
-selects at, ``bench.select``) x attacks (each with its levels) x seeds, minus ``exclude`` rules.
-A trial's config is the merge, in this order, of: the config defaults, the suite's ``fixed``, the scale's
-``fixed``, the dataset entry, the method entry, the attack entry (and its level), the seed, the device
+selects at, ``bench.select``) x privacy (one entry, none, unless the suite lists some) x attacks (each with
+its levels) x seeds, minus ``exclude`` rules. A trial's config is the merge, in this order, of: the config
+defaults, the suite's ``fixed``, the scale's ``fixed``, the dataset entry, the method entry, the attack
+entry (and its level), the privacy entry, the seed, the device
 chosen by the runner, then every matching ``overrides`` rule. It is resolved (every component's defaults
 filled in) and identified (``simulation.identity``): ``config_hash`` is the trial's identity in the tracking
 store (the values it uses and the versions of its components), ``config_key`` the values alone (a run with
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from fedarena.bench.select import variants
-from fedarena.bench.suite import Entry, Rule, Scale, Suite, SuiteError
+from fedarena.bench.suite import NO_PRIVACY, NO_PRIVACY_ENTRY, Entry, Rule, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
 from fedarena.errors import ConfigError
@@ -40,11 +41,12 @@ class Combo:
     attack: Entry
     level: float
     seed: int
+    privacy: Entry = NO_PRIVACY_ENTRY
 
     def labels(self) -> dict:
         """What rules match: a method variant matches as its entry (``row``)."""
         return {"dataset": self.dataset.label, "method": self.method.row, "attack": self.attack.label,
-                "level": self.level}
+                "level": self.level, "privacy": self.privacy.label}
 
     def matches(self, rule: Rule) -> bool:
         """Whether ``rule`` applies: naming the method entry or, for a variant, the variant itself."""
@@ -53,7 +55,8 @@ class Combo:
 
     @property
     def name(self) -> str:
-        return run_name(self.method.label, self.dataset.label, self.attack.label, self.level, self.seed)
+        return run_name(self.method.label, self.dataset.label, self.attack.label, self.level, self.seed,
+                        self.privacy.label)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class TrialSpec:
     versions: dict = field(default_factory=dict)  # "kind/name" -> version of every component it uses
     legacy_hash: str = ""  # what a previous release recorded as this trial's config_hash (its runs, checkpoints)
     tags: dict = field(default_factory=dict)  # the suite's own tags for every run (``Suite.tags``)
+    privacy_label: str = NO_PRIVACY  # the privacy axis's entry (``none`` in suites without one)
 
 
 def merge(data: dict, patch: dict) -> None:
@@ -101,19 +105,22 @@ def attack_levels(suite: Suite, scale: Scale, dataset: Entry, attack: Entry) -> 
 
 def combinations(suite: Suite, scale: Scale, datasets: tuple[Entry, ...] | None = None,
                  seeds: tuple[int, ...] | None = None) -> Iterator[Combo]:
-    """The grid points in a stable order (datasets, methods, attacks, levels, seeds), minus exclusions."""
+    """The grid points in a stable order (datasets, methods, privacy, attacks, levels, seeds), minus
+    exclusions."""
     methods = [variant for m in suite.methods for variant in variants(m, scale.name)
                if scale.methods is None or {m.label, variant.label} & set(scale.methods)]
     attacks = [a for a in suite.attacks if scale.attacks is None or a.label in scale.attacks]
+    privacy = [p for p in suite.privacy if scale.privacy is None or p.label in scale.privacy]
     rules = suite.exclude + scale.exclude
     for dataset in datasets or scale.datasets:
         for method in methods:
-            for attack in attacks:
-                for level in attack_levels(suite, scale, dataset, attack):
-                    for seed in seeds or scale.seeds:
-                        combo = Combo(dataset, method, attack, level, seed)
-                        if not any(combo.matches(rule) for rule in rules):
-                            yield combo
+            for private in privacy:
+                for attack in attacks:
+                    for level in attack_levels(suite, scale, dataset, attack):
+                        for seed in seeds or scale.seeds:
+                            combo = Combo(dataset, method, attack, level, seed, private)
+                            if not any(combo.matches(rule) for rule in rules):
+                                yield combo
 
 
 def count_trials(suite: Suite, scale: str) -> int:
@@ -123,7 +130,8 @@ def count_trials(suite: Suite, scale: str) -> int:
 
 def build_config(suite: Suite, scale: Scale, combo: Combo, device: str) -> ExperimentConfig:
     data = ExperimentConfig().to_dict()
-    for patch in (suite.fixed, scale.fixed, combo.dataset.patch, combo.method.patch, combo.attack.patch):
+    for patch in (suite.fixed, scale.fixed, combo.dataset.patch, combo.method.patch, combo.attack.patch,
+                  combo.privacy.patch):
         merge(data, patch)
     data["attack"]["level"] = combo.level
     data["seed"] = combo.seed
@@ -170,7 +178,8 @@ def expand(suite: Suite, scale: str, *, dataset: str | None = None, seeds: tuple
         spec = TrialSpec(cfg, suite.name, scale, method.label, combo.dataset.label, combo.attack.label,
                          combo.level, combo.seed, identity.config_hash, identity.cell_hash, combo.name,
                          method.group, method.select.by if method.group else "", method.variant,
-                         identity.config_key, identity.versions, cfg.legacy_hash(), dict(suite.tags))
+                         identity.config_key, identity.versions, cfg.legacy_hash(), dict(suite.tags),
+                         combo.privacy.label)
         if spec.config_hash in seen:
             raise SuiteError(f"{suite.path}: {where}: same config as trial '{seen[spec.config_hash]}'; give the "
                              f"entries different settings or drop one")

@@ -10,6 +10,7 @@ from fedarena.bench.select import all_variants, check_variant_labels, parse_sele
 from fedarena.bench.suite import (
     LABEL,
     MATCH_KEYS,
+    NO_PRIVACY_ENTRY,
     PATCH_KEYS,
     SCALE_KEYS,
     SCALES,
@@ -127,8 +128,10 @@ def parse_suite(data: Any, path: Path) -> Suite:
     methods = _entries(r, data["methods"], "methods", kind="method")
     check_variant_labels(r, methods)
     attacks = _entries(r, data["attacks"], "attacks", kind="attack")
+    privacy = _entries(r, data["privacy"], "privacy", kind="privacy") if "privacy" in data else (NO_PRIVACY_ENTRY,)
     labels = {"method": {v.label for e in methods for v in all_variants(e)} | {e.label for e in methods},
-              "attack": {e.label for e in attacks}}  # a selected entry's variants may be named (grid.matches)
+              "attack": {e.label for e in attacks},  # a selected entry's variants may be named (grid.matches)
+              "privacy": {e.label for e in privacy}}
     scales_data = r.mapping(data["scales"], "scales", SCALES)
     if not scales_data:
         r.fail("scales", f"define at least one scale; allowed: {', '.join(SCALES)}")
@@ -139,7 +142,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         r.patch(r.mapping(data.get("fixed") or {}, "fixed"), "fixed"), methods, attacks,
         _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
-        _reproduces(r, data.get("reproduces")), _include(r, data.get("include"), path),
+        _reproduces(r, data.get("reproduces")), _include(r, data.get("include"), path), privacy=privacy,
     )  # fmt: skip
 
 
@@ -171,7 +174,8 @@ def _reproduces(r: _Reader, value: Any) -> dict[str, tuple[int, ...]]:
 
 def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]:
     entries, seen = [], set()
-    meta = {"method": ("label", "select"), "attack": ("label", "levels"), "dataset": ("label", "levels")}[kind]
+    meta = {"method": ("label", "select"), "attack": ("label", "levels"), "dataset": ("label", "levels"),
+            "privacy": ("label",)}[kind]
     for i, item in enumerate(r.items(value, where)):
         at = f"{where}[{i}]"
         item = r.mapping(item, at, required=("label",) + (("attack", "levels") if kind == "attack" else ()))
@@ -179,11 +183,11 @@ def _entries(r: _Reader, value: Any, where: str, kind: str) -> tuple[Entry, ...]
         if label in seen:
             r.fail(f"{at}.label", f"duplicate label {label!r} in {where}")
         seen.add(label)
-        if kind == "dataset" and "dataset" not in item:
-            r.fail(at, "a dataset entry needs a `dataset: {name: ...}` section")
+        if kind in ("dataset", "privacy") and kind not in item:
+            r.fail(at, f"a {kind} entry needs a `{kind}: {{name: ...}}` section")
         patch = r.patch(item, at, skip=meta)
-        if kind == "dataset" and "name" not in patch["dataset"]:
-            r.fail(f"{at}.dataset", "a dataset entry names its dataset: `dataset: {name: ...}`")
+        if kind in ("dataset", "privacy") and "name" not in patch[kind]:
+            r.fail(f"{at}.{kind}", f"a {kind} entry names its {kind}: `{kind}: {{name: ...}}`")
         if kind == "attack":
             entries.append(Entry(label, patch, at, levels=r.levels(item["levels"], f"{at}.levels")))
         elif kind == "dataset":
@@ -217,11 +221,12 @@ def _scale(r: _Reader, value: Any, where: str, name: str, labels: dict[str, set]
     return Scale(
         name, r.text(data.get("description"), f"{where}.description"),
         r.patch(r.mapping(data.get("fixed") or {}, f"{where}.fixed"), f"{where}.fixed"), datasets, tuple(seeds),
-        _subset(r, data.get("methods"), f"{where}.methods", labels["method"]),
+        _subset(r, data.get("methods"), f"{where}.methods", labels["method"], "method"),
         _attack_subset(r, data.get("attacks"), f"{where}.attacks", labels["attack"]),
         _rules(r, data.get("exclude"), f"{where}.exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), f"{where}.overrides", labels, with_patch=True),
         _checkpoint_every(r, data.get("checkpoint_every"), f"{where}.checkpoint_every"),
+        _subset(r, data.get("privacy"), f"{where}.privacy", labels["privacy"], "privacy"),
     )  # fmt: skip
 
 
@@ -237,12 +242,12 @@ def _known(r: _Reader, label: Any, known: set, where: str, kind: str) -> None:
         r.fail(where, f"unknown {kind} label {label!r}; the suite defines: {', '.join(sorted(known))}")
 
 
-def _subset(r: _Reader, value: Any, where: str, known: set) -> tuple[str, ...] | None:
+def _subset(r: _Reader, value: Any, where: str, known: set, kind: str) -> tuple[str, ...] | None:
     if value is None:
         return None
     items = r.items(value, where)
     for i, label in enumerate(items):
-        _known(r, label, known, f"{where}[{i}]", "method")
+        _known(r, label, known, f"{where}[{i}]", kind)
     return tuple(items)
 
 

@@ -53,7 +53,7 @@ def preflight(specs: list[TrialSpec]) -> Preflight:
         try:
             cfg = resolve_config(spec.config)
             dataset = _cached(datasets, json.dumps(cfg.dataset, sort_keys=True), lambda c=cfg: load_dataset(c))
-            method = assemble(cfg, dataset)[0]
+            method = assemble(cfg, dataset)[0]  # the privacy plan's calibration too
             key = (json.dumps(cfg.model, sort_keys=True), cfg.backend, dataset.input_shape, dataset.num_classes,
                    dataset.task)
             w0 = _cached(models, key, lambda c=cfg, d=dataset: build_trial_model(c, d, torch.device("cpu"))[1])

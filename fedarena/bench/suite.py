@@ -18,6 +18,8 @@ one without a name sets keys inside it)::
         select: {by: val_acc_pooled, over: {aggregator.eps: [0.0, 0.1, 0.5, 1.0]}, scales: [paper]}
     attacks:                          # axis: label (clean|a1|...) + patch with an ``attack`` section + levels
       - {label: a1, attack: {name: a1}, levels: [0.2, 0.5, 0.8]}
+    privacy:                          # optional axis: label + patch with a ``privacy`` section (default: none)
+      - {label: eps10, privacy: {name: central, target_epsilon: 10, clip: 0.5}}
     exclude: [{method: krum, level: 0.8}]            # combinations left out (labels / levels)
     overrides: [{when: {method: ditto, dataset: femnist}, set: {patch}}]
     scales:                           # any of smoke, quick, paper (at least one)
@@ -29,6 +31,7 @@ one without a name sets keys inside it)::
         checkpoint_every: 0           # optional: rounds between checkpoints (0: none; default ~10 per trial)
         methods: [global, ditto]      # optional subset of the method labels
         attacks: {clean: null, a1: [0.5]}   # optional subset; a list of levels overrides the suite's
+        privacy: [none, eps10]        # optional subset of the privacy labels
         exclude: [...]                # optional, added to the suite's
         overrides: [...]
 
@@ -56,12 +59,13 @@ from fedarena.config import SCALES as SCALES  # noqa: F401  (re-exported: a suit
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 
-SUITE_KEYS = ("name", "description", "reference", "reproduces", "include", "fixed", "methods", "attacks", "exclude",
-              "overrides", "scales")
-SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "exclude", "overrides",
+SUITE_KEYS = ("name", "description", "reference", "reproduces", "include", "fixed", "methods", "attacks", "privacy",
+              "exclude", "overrides", "scales")
+SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "privacy", "exclude", "overrides",
               "checkpoint_every")
 SELECT_KEYS = ("by", "over", "scales")
-MATCH_KEYS = ("method", "attack", "dataset", "level")
+MATCH_KEYS = ("method", "attack", "dataset", "level", "privacy")
+NO_PRIVACY = "none"  # the label of the privacy axis's one entry in a suite that lists none
 PATCH_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("seed", "device"))
 LABEL = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
@@ -133,6 +137,10 @@ class Scale:
     exclude: tuple[Rule, ...]
     overrides: tuple[Rule, ...]
     checkpoint_every: int | None = None  # None: the runner's default
+    privacy: tuple[str, ...] | None = None  # subset of the suite's privacy labels (None: all)
+
+
+NO_PRIVACY_ENTRY = Entry(NO_PRIVACY, {}, "privacy (none listed: no differential privacy)")
 
 
 @dataclass(frozen=True)
@@ -150,3 +158,4 @@ class Suite:
     reproduces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # paper id -> its tables the paper scale makes
     include: tuple[Path, ...] = ()  # plugin files or packages the suite's components come from
     tags: dict[str, str] = field(default_factory=dict)  # recorded on every run (e.g. the battery's version)
+    privacy: tuple[Entry, ...] = (NO_PRIVACY_ENTRY,)  # the privacy axis (one entry, none, where a suite lists none)

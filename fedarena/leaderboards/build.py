@@ -28,6 +28,7 @@ from fedarena.leaderboards.cells import (
 )
 from fedarena.leaderboards.figures import write_figures
 from fedarena.leaderboards.paper import paper_datasets, reproduction_table
+from fedarena.leaderboards.privacy_figure import write_privacy_figures
 from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
@@ -159,10 +160,10 @@ def build_leaderboards(
 
 
 def figure_files(tracking_uri: str, cells: pd.DataFrame, shown: pd.DataFrame, out: Path) -> list[Path]:
-    """Figure 3, Figure 5 and the learning curves of the runs the tables show (``chosen_runs``), as PNG files
-    in ``out``."""
+    """Figure 3, Figure 5 and the learning curves of the runs the tables show (``chosen_runs``), and the
+    privacy-utility figure of a suite with a privacy axis, as PNG files in ``out``."""
     history = read_histories(tracking_uri, list(shown["run_id"]))
-    return write_figures(cells, shown, history, out)
+    return write_figures(cells, shown, history, out) + write_privacy_figures(cells, out)
 
 
 def leaderboard(suite: str, format: str = "markdown", out: str | Path = "leaderboards", *,

@@ -1,7 +1,7 @@
 """Runs -> table cells: seeds of one cell averaged, incomparable runs refused.
 
 A *position* is where a number sits in a paper table: (dataset_label, method_label, attack_label,
-level). The runs at one position are the seeds of one cell (one ``cell_hash``). They are averaged
+level, privacy_label; the last is ``none`` outside a suite with a privacy axis). The runs at one position are the seeds of one cell (one ``cell_hash``). They are averaged
 only when they share the data fingerprint, the component versions and the config; otherwise the cell is
 marked ``mixed`` and its note says which values disagree (the leaderboard never averages
 incomparable runs).
@@ -26,11 +26,13 @@ from scipy import stats
 
 from fedarena.config import SCALES
 from fedarena.leaderboards.paper import paper_datasets
+from fedarena.leaderboards.server_rules import RULE_FACTS, rule_facts
 from fedarena.leaderboards.tables import sort_key
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
+from fedarena.simulation.properties import RUN_PROPERTIES
 from fedarena.suites.dataset_labels import shown_label
 
-POSITION = ("dataset_label", "method_label", "attack_label", "level")
+POSITION = ("dataset_label", "method_label", "attack_label", "level", "privacy_label")
 
 # The engine's metric registry says which direction is better; ``diverged`` is a flag, not a table value.
 HIGHER_IS_BETTER = {name: higher for name, higher in METRIC_DIRECTIONS.items() if name != "diverged"}
@@ -72,6 +74,8 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
         elif param in out:
             out[label] = out[label].fillna(out[param])
     out["attack_label"] = out["attack_label"].replace({"none": "clean"})
+    privacy = out["privacy_label"] if "privacy_label" in out else pd.Series(np.nan, index=out.index, dtype=object)
+    out["privacy_label"] = privacy.fillna("none").astype(str)  # runs without a privacy axis: none
     if "dataset.name" in out:
         names = out["dataset.name"].fillna(out["dataset_label"]).astype(str)
         known = paper_datasets()  # a label naming a published dataset must be the dataset run
@@ -83,7 +87,7 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
     if "seed" in out:
         out["seed"] = pd.to_numeric(out["seed"], errors="coerce")
     out["diverged"] = _diverged(out)
-    for metric in METRICS:
+    for metric in (*METRICS, *RUN_PROPERTIES):
         if metric in out:
             out[metric] = pd.to_numeric(out[metric], errors="coerce")
     return out
@@ -166,7 +170,7 @@ def t_halfwidth(values: np.ndarray, confidence: float = 0.95) -> float:
     values = np.asarray(values, dtype=float)
     values = values[~np.isnan(values)]
     n = len(values)
-    if n < 2:
+    if n < 2 or not np.isfinite(values).all():  # an infinite epsilon has no interval
         return float("nan")
     quantile = stats.t.ppf(0.5 + confidence / 2.0, df=n - 1)
     return float(quantile * values.std(ddof=1) / np.sqrt(n))
@@ -229,18 +233,19 @@ def aggregate(
 
     Columns added: ``n_seeds``, ``diverged`` (any seed diverged), ``mixed`` (runs incomparable; metric
     values are then NaN), ``note`` (what disagrees), ``dataset_names`` (the datasets really run),
-    ``SELECT_COLUMNS`` (empty for methods that are no variant) and, for each ``SPARSE`` metric some run has,
+    ``SELECT_COLUMNS`` (empty for methods that are no variant), ``RULE_FACTS`` (``server_rules``) and, for each
+    ``SPARSE`` metric some run has,
     ``<metric>_n`` (the seeds with a value; 0 in mixed cells). ``runs`` must be normalized finished runs.
     """
     runs = _with_derived(runs)
-    values_of = (*METRICS, *recorded_metrics(runs), *DERIVED)
+    values_of = (*METRICS, *recorded_metrics(runs), *DERIVED, *(p for p in RUN_PROPERTIES if p in runs))
     counted = tuple(m for m in SPARSE if m in runs and np.isfinite(runs[m].to_numpy(dtype=float)).any())
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
         row = dict(zip(POSITION, key, strict=True))
         note = conflicts(group, provenance)
         row.update(n_seeds=len(group), diverged=bool(group["diverged"].any()), mixed=bool(note), note=note,
-                   dataset_names=_names(group), **_select_tags(group))
+                   dataset_names=_names(group), **_select_tags(group), **rule_facts(group))
         for metric in values_of:
             values = group[metric].to_numpy(dtype=float) if metric in group else np.full(len(group), np.nan)
             row[metric] = np.nan if note else _mean(values)
@@ -250,7 +255,8 @@ def aggregate(
             if metric in counted:
                 row[f"{metric}_n"] = 0 if note else int(np.isfinite(values).sum())
         rows.append(row)
-    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *SELECT_COLUMNS, *values_of]
+    columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *SELECT_COLUMNS, *RULE_FACTS,
+               *values_of]
     columns += [f"{m}_sd" for m in values_of] + ([f"{m}_ci" for m in values_of] if ci else [])
     columns += [f"{m}_n" for m in counted]
     return pd.DataFrame(rows, columns=columns)
@@ -298,4 +304,6 @@ def _mean(values: np.ndarray) -> float:
 
 def _sd(values: np.ndarray) -> float:
     values = values[~np.isnan(values)]
-    return float(values.std(ddof=1)) if len(values) >= 2 else float("nan")
+    if len(values) < 2 or not np.isfinite(values).all():  # an infinite epsilon has no spread
+        return float("nan")
+    return float(values.std(ddof=1))

@@ -38,7 +38,7 @@ def palette(methods) -> dict:
     return {m: cmap(i % cmap.N) for i, m in enumerate(ordered)}
 
 
-def _ordered(frame: pd.DataFrame, key: str) -> list:
+def ordered_values(frame: pd.DataFrame, key: str) -> list:
     return sorted(frame[key].unique(), key=lambda v: sort_key(key, v))
 
 
@@ -59,21 +59,21 @@ def figure5_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
     data = data[np.isfinite(data["acc_std"])]
     if data.empty:
         return data
-    attack = "a1" if (data["attack_label"] == "a1").any() else _ordered(data, "attack_label")[0]
+    attack = "a1" if (data["attack_label"] == "a1").any() else ordered_values(data, "attack_label")[0]
     return data[data["attack_label"] == attack]
 
 
 def plot_figure3(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
     colors = colors or palette(data["method_label"])
-    attacks = _ordered(data, "attack_label")
-    methods = _ordered(data, "method_label")
+    attacks = ordered_values(data, "attack_label")
+    methods = ordered_values(data, "method_label")
     fig, axes = plt.subplots(
         1, len(attacks), figsize=(max(MIN_WIDTH, 4.5 * len(attacks)), 4), squeeze=False, sharey=True, layout="constrained"
     )
     width = 0.8 / len(methods)
     for ax, attack in zip(axes[0], attacks, strict=True):
         part = data[data["attack_label"] == attack]
-        levels = _ordered(part, "level")
+        levels = ordered_values(part, "level")
         for i, method in enumerate(methods):
             rows = part[part["method_label"] == method].set_index("level").reindex(levels)
             err = rows["acc_pooled_ci"].to_numpy() if "acc_pooled_ci" in rows else None
@@ -89,7 +89,7 @@ def plot_figure3(data: pd.DataFrame, title: str, path: Path, colors: dict | None
 
 def plot_figure5(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
     colors = colors or palette(data["method_label"])
-    levels = _ordered(data, "level")
+    levels = ordered_values(data, "level")
     fig, axes = plt.subplots(
         1, len(levels), figsize=(max(MIN_WIDTH, 4.2 * len(levels)), 3.8), squeeze=False, layout="constrained"
     )
@@ -106,9 +106,10 @@ def plot_figure5(data: pd.DataFrame, title: str, path: Path, colors: dict | None
 
 def curves_data(runs: pd.DataFrame, history: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """Mean over seeds of the metric history per (position, step) for one dataset's runs."""
-    runs = runs[runs["dataset_label"] == dataset][["run_id", *POSITION]]
+    keys = [key for key in POSITION if key in runs]
+    runs = runs[runs["dataset_label"] == dataset][["run_id", *keys]]
     merged = history.merge(runs, on="run_id", how="inner")
-    return merged.groupby([*POSITION, "step"], as_index=False)["value"].mean()
+    return merged.groupby([*keys, "step"], as_index=False)["value"].mean()
 
 
 def plot_curves(data: pd.DataFrame, title: str, path: Path, colors: dict | None = None) -> Path:
@@ -123,7 +124,7 @@ def plot_curves(data: pd.DataFrame, title: str, path: Path, colors: dict | None 
     fig, axes = plt.subplots(nrows, ncols, figsize=size, squeeze=False, sharey=True, layout="constrained")
     for ax, (attack, level) in zip(axes.flat, settings, strict=False):
         part = data[(data["attack_label"] == attack) & (data["level"] == level)]
-        for method in _ordered(part, "method_label"):
+        for method in ordered_values(part, "method_label"):
             line = part[part["method_label"] == method].sort_values("step")
             ax.plot(line["step"], line["value"], label=method, color=colors[method])
         ax.set_title(setting_label(attack, level))
@@ -148,10 +149,12 @@ def _save(fig, title: str, path: Path) -> Path:
 def write_figures(
     cells: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, out_dir: Path
 ) -> list[Path]:
-    """Every figure that has data, per dataset: figure3_<ds>.png, figure5_<ds>.png, curves_<ds>.png."""
+    """Every figure that has data, per dataset: figure3_<ds>.png, figure5_<ds>.png, curves_<ds>.png, of the
+    runs without differential privacy (a suite's privacy axis has its own figure, ``privacy_figure``)."""
     colors = palette(cells["method_label"])
+    cells, runs = without_privacy(cells), without_privacy(runs)
     paths = []
-    for dataset in _ordered(cells, "dataset_label"):
+    for dataset in ordered_values(cells, "dataset_label"):
         stem = file_stem(dataset)
         shown = run_on(cells, dataset)
         jobs = [
@@ -173,6 +176,11 @@ def write_figures(
             if not data.empty:
                 paths.append(plot(data, title, out_dir / f"{kind}_{stem}.png", colors))
     return paths
+
+
+def without_privacy(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the privacy axis's ``none`` entry (all rows of a suite without the axis)."""
+    return frame[frame["privacy_label"] == "none"] if "privacy_label" in frame else frame
 
 
 def file_stem(dataset: str) -> str:

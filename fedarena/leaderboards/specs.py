@@ -31,20 +31,24 @@ test follow the ASR in its registered direction (lower is better).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION, SPARSE
 from fedarena.leaderboards.declared import TABLES
+from fedarena.leaderboards.server_rules import EXPLAINED as SECURE_EXPLAINED
+from fedarena.leaderboards.server_rules import MARK, marked_rows
 from fedarena.leaderboards.significance import ALPHA, NOT_SIGNIFICANT
-from fedarena.leaderboards.tables import MISSING, Block, Table, label, pivot, setting_label
+from fedarena.leaderboards.tables import MISSING, Block, Cell, Table, label, pivot, setting_label
 from fedarena.leaderboards.worst import tag_worst, worst_cells
+from fedarena.simulation.properties import RUN_PROPERTIES
 
 WORST_MODES = ("", "column", "only")
 WORST_CASE = "worst_case"
 BACKDOOR = "backdoor"
+PRIVACY = "privacy"
 ASR = "asr_pooled"  # the attack success rate the backdoor table shows, bolds and tests
 
 
@@ -85,8 +89,8 @@ class TableSpec:
         if self.worst and (self.column_by != ("attack_label", "level") or self.value == "metrics"):
             raise ValueError(f"table {self.name}: a worst-case column needs columns ('attack_label', 'level') "
                              f"and accuracy cells, not columns {self.column_by} of {self.value!r}")
-        if self.requires_metric is not None and self.requires_metric not in SPARSE:
-            raise ValueError(f"table {self.name}: requires_metric must be one of {SPARSE}, got "
+        if self.requires_metric is not None and self.requires_metric not in (*SPARSE, *RUN_PROPERTIES):
+            raise ValueError(f"table {self.name}: requires_metric must be one of {(*SPARSE, *RUN_PROPERTIES)}, got "
                              f"{self.requires_metric!r}")
 
 
@@ -245,6 +249,7 @@ def block_title(keys: tuple[str, ...], values: tuple) -> str:
 def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | None = None) -> Table | None:
     """The table of ``spec`` from aggregated cells, or None when none of its cells has runs."""
     selected = select(cells, spec)
+    spec = with_privacy_blocks(spec, selected)
     shown, described, worst_notes = with_worst(selected, spec)
     if shown.empty:
         return None
@@ -256,9 +261,33 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
     for key, block in blocks:
         block.title = block_title(spec.block_by, key)
     shown_blocks = [b for _, b in blocks]
+    secure_notes = mark_rows(shown_blocks, marked_rows(shown))
     notes = table_notes(described, spec) + worst_notes + significance_notes(shown_blocks, spec)
-    notes += list(footnotes or [])
+    notes += privacy_notes(described) if "privacy_label" in (*spec.column_by, *spec.block_by) else []
+    notes += secure_notes + list(footnotes or [])
     return Table(spec.name, spec.title, shown_blocks, notes, shown.reset_index(drop=True))
+
+
+def mark_rows(blocks: list[Block], marked: set[str]) -> list[str]:
+    """Append ``MARK`` to the row labels of ``marked`` methods (their rule cannot run under secure aggregation);
+    the note that explains it where a row was marked."""
+    texts = {label("method_label", m) for m in marked}
+    hit = False
+    for block in blocks:
+        for row in block.rows:
+            if row and row[0].text in texts:
+                row[0] = Cell(row[0].text + MARK, row[0].bold)
+                hit = True
+    return [SECURE_EXPLAINED] if hit else []
+
+
+def with_privacy_blocks(spec: TableSpec, selected: pd.DataFrame) -> TableSpec:
+    """A table that does not lay out the privacy axis, over cells of several privacy labels (a suite with a
+    privacy axis): one block per label, so that no two are shown as one cell."""
+    laid_out = "privacy_label" in (*spec.column_by, *spec.block_by)
+    if laid_out or "privacy_label" not in selected or selected["privacy_label"].nunique() < 2:
+        return spec
+    return replace(spec, block_by=(*spec.block_by, "privacy_label"))
 
 
 def with_worst(selected: pd.DataFrame, spec: TableSpec) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -306,6 +335,27 @@ def table_notes(selected: pd.DataFrame, spec: TableSpec) -> list[str]:
     for row in selected[selected["mixed"]].itertuples(index=False):
         where = f"{row.dataset_label} / {row.method_label} / {setting_label(row.attack_label, row.level)}"
         notes.append(f"mixed at {where}: runs not averaged, they differ in {row.note}.")
+    return notes
+
+
+def privacy_notes(cells: pd.DataFrame) -> list[str]:
+    """What each privacy label spent: epsilon at delta and the noise multiplier (mean over its runs), per dataset;
+    ``none`` runs without differential privacy, and a method that shares nothing spends no privacy."""
+    notes = ["Privacy: user-level DP (replace-one adjacency, dp-accounting's RDP unless a run says otherwise); ε "
+             "is the budget the runs spent by their last round at δ. none: no differential privacy (ε = ∞); ε = ∞ "
+             "with a noise multiplier of 0: clipping without noise."]
+    if "epsilon" not in cells:
+        return notes
+    private = cells[pd.to_numeric(cells["epsilon"], errors="coerce").notna()]
+    for (dataset, privacy), part in private.groupby(["dataset_label", "privacy_label"], sort=False):
+        eps, delta, z = (float(np.nanmean(part[k])) if k in part else np.nan
+                         for k in ("epsilon", "delta", "noise_multiplier"))
+        shown = "∞" if np.isinf(eps) else f"{eps:.3g}"
+        notes.append(f"{dataset}, {privacy}: ε = {shown} at δ = {delta:.2g}, noise multiplier {z:.3g}.")
+    if "uses_aggregator" in cells:
+        local = cells.loc[cells["uses_aggregator"] == False, "method_label"]  # noqa: E712
+        if len(local):
+            notes.append(f"{', '.join(sorted(set(local)))}: nothing leaves a device (ε = 0).")
     return notes
 
 

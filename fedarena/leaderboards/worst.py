@@ -61,12 +61,13 @@ def worst_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"{where} on {dataset}: over {', '.join(label('attack_label', a) for a in names)}.")
         at = (cells["dataset_label"] == dataset) & (cells["level"] == level)
         here = cells[at & cells["attack_label"].isin(names)]
-        for method, part in here.groupby("method_label", sort=False):
+        for (method, private), part in here.groupby(["method_label", "privacy_label"], sort=False):
             ran = [a for a in names if a in set(part["attack_label"])]
             if len(ran) >= 2 and (row := worst_row(part)) is not None:
                 rows.append(row)
             if len(ran) < len(names):
-                notes.append(coverage_note(where, dataset, str(method), ran, names))
+                shown = str(method) if private == "none" else f"{method} ({private})"
+                notes.append(coverage_note(where, dataset, shown, ran, names))
     if not rows:
         return cells.iloc[0:0].assign(worst_attack=pd.Series(dtype=str)), []
     return pd.DataFrame(rows, columns=[*cells.columns, "worst_attack"]), [EXPLAINED, *notes]

@@ -65,6 +65,7 @@ class Method:
     needs_val = False  # True: StepContext.val is filled with the group's validation data
     needs_train = False  # True: StepContext.train is filled with the group's whole training data
     needs_losses = False  # True: server_step needs each client's training loss at the global model
+    reweights_clients = False  # True: server_step weights the clients by their losses or updates (``client_weights``)
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression", "multilabel")  # dataset tasks it is defined for
     models: tuple[str, ...] | None = None  # models the method is defined for (None: any)

@@ -26,6 +26,7 @@ class Term(Method):
     exp(q * loss), t = 1; Section 4.3 also t = 2, 5). t = 0 is the plain mean; negative t down-weights."""
 
     needs_losses = True
+    reweights_clients = True
 
     def __init__(self, *, t: float = 1.0):
         self.t = float(t)
@@ -59,6 +60,7 @@ class QFFL(Method):
     exponent (0 = FedAvg; larger q = more uniform losses)."""
 
     needs_losses = True
+    reweights_clients = True
 
     def __init__(self, *, q: float = 1.0):
         if q < 0:
@@ -92,6 +94,7 @@ class AFL(Method):
     projected ascent on the client mixture weights."""
 
     needs_losses = True
+    reweights_clients = True
 
     def __init__(self, *, lr_lambda: float = 0.01):
         if lr_lambda <= 0:

@@ -81,6 +81,10 @@ class FedTilt(Method):
         personal = scatter_rows(clients["personal"], ids, local["v"])
         return local["w"] - w, {**clients, "personal": personal}
 
+    @property
+    def reweights_clients(self) -> bool:  # q != 0 tilts the aggregation over the clients' update distances
+        return self.q != 0
+
     def server_step(self, w, clients, updates, info: ServerInfo, aggregate: Aggregate):
         if self.q == 0:
             return w + aggregate(updates, info.weights, info.losses), clients

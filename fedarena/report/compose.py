@@ -26,9 +26,9 @@ from fedarena.battery.definition import NAME as BATTERY
 from fedarena.battery.harness import cards_table, report_cards
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
-from fedarena.leaderboards.figures import file_stem
+from fedarena.leaderboards.figures import file_stem, without_privacy
 from fedarena.leaderboards.selection import chosen_runs
-from fedarena.leaderboards.specs import BACKDOOR, WORST_CASE
+from fedarena.leaderboards.specs import BACKDOOR, PRIVACY, WORST_CASE
 from fedarena.leaderboards.tables import Table
 from fedarena.report.devices import write_device_figures
 from fedarena.report.page import Section, figure_lines, render_page, table_lines
@@ -64,18 +64,19 @@ def figures(uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, folder: Path)
     shown = chosen_runs(prepared, cells)
     paths = figure_files(uri, cells, shown, folder)
     clients, missing = read_client_tables(uri, list(shown["run_id"]))
-    return paths + write_device_figures(cells, shown, clients, folder), missing
+    return paths + write_device_figures(without_privacy(cells), without_privacy(shown), clients, folder), missing
 
 
 def ordered_figures(paths: list[Path]) -> list[Path]:
-    """Per dataset: Figure 3, Figure 5, learning curves, device accuracies."""
-    kinds = ("figure3", "figure5", "curves", "devices")
+    """Per dataset: Figure 3, Figure 5, learning curves, device accuracies, privacy against accuracy."""
+    kinds = ("figure3", "figure5", "curves", "devices", "privacy")
     return sorted(paths, key=lambda p: (p.stem.split("_", 1)[1], kinds.index(p.stem.split("_", 1)[0])))
 
 
 def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
              cards: list[Table] | None = None) -> list[Section]:
-    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR)]
+    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY)]
+    privacy = [t for t in tables if t.name == PRIVACY]  # only a suite with a privacy axis
     view = [t for t in tables if t.name == REPRODUCTION]
     worst = [t for t in tables if t.name == WORST_CASE]
     backdoor = [t for t in tables if t.name == BACKDOOR]  # only where a targeted attack ran: no empty section
@@ -89,6 +90,7 @@ def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFra
         Section("leaderboards", "Leaderboards", table_lines(boards)),
         Section("worst-case", "Worst case over attacks", table_lines(worst) if worst else no_worst),
         *([Section("backdoor", "Backdoor attacks", table_lines(backdoor))] if backdoor else []),
+        *([Section("privacy", "Privacy", table_lines(privacy))] if privacy else []),
         Section("reproduction", "Reproduction of the papers", table_lines(view) if view else no_view),
         Section("figures", "Figures", figure_lines(ordered_figures(figure_paths)) + no_clients),
         Section("provenance", "Provenance", table_lines(provenance_tables(prepared))),

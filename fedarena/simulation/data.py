@@ -15,7 +15,27 @@ import torch
 
 from fedarena.datasets.base import FederatedDataset
 from fedarena.models.batch import Batch
-from fedarena.simulation.streams import TRAIN, stream
+from fedarena.simulation.streams import SAMPLING, TRAIN, stream
+
+
+def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, round_idx: int) -> np.ndarray:
+    """The clients of round ``round_idx`` in the order drawn (Ditto Algorithm 2): without replacement, with
+    probability proportional to the training ``sizes`` (``sampling`` proportional) or uniformly, keyed by (seed,
+    SAMPLING, round)."""
+    rng = stream(seed, SAMPLING, round_idx)
+    weights = np.asarray(sizes, dtype=np.float64)
+    p = weights / weights.sum() if sampling == "proportional" else None
+    return rng.choice(len(weights), size=per_round, replace=False, p=p)
+
+
+def most_participation(seed: int, sampling: str, sizes: np.ndarray, per_round: int, rounds: int) -> np.ndarray:
+    """[rounds + 1]: after t rounds, the most rounds any one client has been drawn in (local DP's accounting)."""
+    counts = np.zeros(len(sizes), dtype=np.int64)
+    most = [0]
+    for t in range(rounds):
+        counts[drawn_clients(seed, sampling, sizes, per_round, t)] += 1
+        most.append(int(counts.max()))
+    return np.asarray(most)
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,20 @@ from fedarena.attacks.base import RoundRule
 from fedarena.methods.aggregators import RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
-from fedarena.simulation.data import Pooled, gather, gather_all, round_plan
+from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
+from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial
 from fedarena.simulation.streams import (
     AGGREGATE,
     CORRUPT,
+    COUNT_NOISE,
+    DEVICE_NOISE,
     DROPOUT,
     DROPOUT_EVAL,
-    SAMPLING,
+    PRIVACY,
+    SERVER_NOISE,
     TAMPER,
     stream,
     torch_stream,
@@ -72,10 +76,7 @@ def draw_clients(trial: Trial, round_idx: int) -> np.ndarray:
     """Ditto Algorithm 2: without replacement, probability proportional to training sizes (or uniform);
     the clients in the order drawn."""
     cfg = trial.cfg
-    rng = stream(cfg.seed, SAMPLING, round_idx)
-    sizes = trial.train.sizes.astype(np.float64)
-    p = sizes / sizes.sum() if cfg.sampling == "proportional" else None
-    return rng.choice(len(sizes), size=cfg.clients_per_round, replace=False, p=p)
+    return drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, cfg.clients_per_round, round_idx)
 
 
 def sample_clients(trial: Trial, round_idx: int) -> np.ndarray:
@@ -211,14 +212,25 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     aggregate = trial.aggregate and trial.aggregate.for_round(
         round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
     stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
+    if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
+        stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))
     stacked = _tamper(trial, stacked, ids, t, RoundRule(aggregate, info.weights, info.losses))
-    w_new, clients = trial.method.server_step(state.w, clients, stacked, info, aggregate)
+    rule = aggregate
+    if trial.privacy is not None and aggregate is not None:  # central DP: clipped, uniform weights, noised
+        rule = trial.privacy.server_rule(aggregate, server, _privacy_stream(trial, t, SERVER_NOISE),
+                                         _privacy_stream(trial, t, COUNT_NOISE, device="cpu"))
+    w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
     finite = _all_finite(w_new) and _rows_finite(clients, rows)
     if not finite:  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history,
                         state.server)
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server)
+
+
+def _privacy_stream(trial: Trial, round_idx: int, draw: int, device=None) -> torch.Generator:
+    """Differential privacy's generator of one draw of a round (stream PRIVACY, keyed by round and draw)."""
+    return torch_stream(trial.cfg.seed, PRIVACY, round_idx, draw, device=device or trial.device)
 
 
 def _snapshot(clients: dict, rows: torch.Tensor) -> dict:
@@ -305,6 +317,7 @@ def simulate(trial: Trial, state: SimState | None = None,
         if state.round % cfg.eval_every == 0 or state.round == cfg.rounds or stop:
             with phase("eval"):
                 counts, metrics = evaluate_state(trial, state)
+            metrics = {**metrics, **run_properties(trial, state.round)}
             state.history.append({"round": state.round, **metrics})
         if on_round is not None:
             on_round(state, metrics)

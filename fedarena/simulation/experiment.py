@@ -17,6 +17,7 @@ from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
 from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table
+from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial, build_trial
 
 
@@ -36,7 +37,7 @@ def code_version() -> dict[str, str]:
 def result_record(trial: Trial, state: SimState, counts) -> dict:
     final = dict(state.history[-1]) if state.history and state.history[-1]["round"] == state.round else None
     if final is None:  # resumed after the last evaluation: score the final state now
-        final = {"round": state.round, **evaluate_state(trial, state)[1]}
+        final = {"round": state.round, **evaluate_state(trial, state)[1], **run_properties(trial, state.round)}
     final["diverged"] = bool(state.diverged)
     identity = trial_identity(trial.cfg)
     return {
@@ -72,8 +73,8 @@ def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
 
 
 def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN; a missing metric (e.g. acc_malicious without attackers) is null
+    if isinstance(value, float) and math.isnan(value):
+        return None  # a missing metric (e.g. acc_malicious without attackers) is null; an infinity stays Infinity
     if isinstance(value, dict):
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -85,6 +85,8 @@ def trial_identity(cfg: ExperimentConfig) -> Identity:
     facts = trial_facts(cfg)
     values = _top_level_values(cfg)
     for section in SECTIONS:
+        if section == "privacy" and cfg.privacy_is_default():  # added later: at its default, no identity changes
+            continue
         values.update({f"{section}.{k}": v for k, v in section_values(cfg, section, facts).items()})
     return Identity(dict(sorted(values.items())), component_versions(cfg))
 
@@ -132,6 +134,8 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
     """``"kind/name" -> version`` of every component a resolved config uses, and the engine's."""
     versions: dict[str, int | str] = {ENGINE: ENGINE_VERSION}
     for section, kind in KINDS.items():
+        if section == "privacy" and cfg.privacy_is_default():
+            continue
         name = getattr(cfg, section)["name"]
         versions[f"{section}/{name}"] = kind.registry.version(name)
     for pre in cfg.aggregator.get("pre") or ():

@@ -22,8 +22,10 @@ from fedarena.methods.base import Aggregate, Method, method_from
 from fedarena.models import FlatModel
 from fedarena.models.backends import Backend, make_backend
 from fedarena.models.functional import model_from
+from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
+from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
-from fedarena.simulation.data import Pooled
+from fedarena.simulation.data import Pooled, most_participation
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
 
 ROOT_SET = 2**31 - 1  # key of the root set's draw in the stream AGGREGATE (whose other keys are rounds)
@@ -50,6 +52,7 @@ class Trial:
     backdoor_test: Pooled | None = None  # a targeted attack's triggered test samples (its success rate)
     clean_train: Pooled | None = None  # the unpoisoned training data, for rounds after the attack stops
     root: Pooled | None = None  # the server's clean root set (one pseudo-client), for rules that need_root
+    privacy: PrivacyPlan | None = None  # differential privacy's mechanism (None: none)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -69,15 +72,15 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     cfg = resolve_config(cfg)
     device = resolve_device(cfg.device)
     dataset = load_dataset(cfg)
-    method, threat, aggregate, needs_losses = assemble(cfg, dataset)
+    method, threat, aggregate, needs_losses, privacy = assemble(cfg, dataset)
     model, w0 = build_trial_model(cfg, dataset, device)
     poisoned = threat.effect.dataset
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
-    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes()).to(dtype=w0.dtype, device=device)
+    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes(), privacy is not None)
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
-                 make_backend(cfg.backend, model, device), *pools, weights, device, *targeted_pools(threat, dataset,
-                                                                                                   device),
-                 root=root_set(cfg, aggregate, pools[0], threat.malicious))
+                 make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
+                 *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
+                 privacy=privacy)
 
 
 def root_set(cfg: ResolvedConfig, aggregate, train: Pooled, malicious: np.ndarray) -> Pooled | None:
@@ -112,8 +115,9 @@ def load_dataset(cfg: ResolvedConfig) -> FederatedDataset:
 
 
 def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
-    """(method, threat, server rule, needs_losses) of a resolved config on its dataset, with every check that
-    needs the data (``fedarena bench run`` runs it for every trial before any starts)."""
+    """(method, threat, server rule, needs_losses, privacy plan) of a resolved config on its dataset, with every
+    check that needs the data (``fedarena bench run`` runs it for every trial before any starts), a target
+    epsilon's calibration included."""
     if cfg.clients_per_round > dataset.num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
                           f"of dataset {dataset.name!r}")
@@ -126,7 +130,12 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     threat = threat_from(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
-    return method, threat, aggregate, needs_losses
+    spec = privacy_from(cfg.privacy)
+    check_privacy(spec, cfg.sampling, method, aggregate)
+    sizes = dataset.train_sizes()
+    most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds) if spec.local else None
+    return method, threat, aggregate, needs_losses, privacy_plan(spec, len(sizes), cfg.clients_per_round, cfg.rounds,
+                                                                 most)
 
 
 def build_trial_model(cfg: ResolvedConfig, dataset: FederatedDataset, device: torch.device):
@@ -139,12 +148,13 @@ def build_trial_model(cfg: ResolvedConfig, dataset: FederatedDataset, device: to
     return model, w0
 
 
-def aggregation_weights(sampling: str, train_sizes) -> torch.Tensor:
+def aggregation_weights(sampling: str, train_sizes, private: bool = False) -> torch.Tensor:
     """[K] weights the server rule sees, so that every client's size counts exactly once: the sample counts
     under uniform sampling (FedAvg's weighted mean), all ones under size-proportional sampling, which already
-    drew clients in proportion to their sizes (Ditto Algorithm 2, whose mean is therefore uniform)."""
+    drew clients in proportion to their sizes (Ditto Algorithm 2, whose mean is therefore uniform). Under
+    differential privacy all ones: a device's sample count is private too (DP-FedAvg's fixed denominator)."""
     sizes = torch.as_tensor(train_sizes, dtype=torch.float64)
-    return torch.ones_like(sizes) if sampling == "proportional" else sizes
+    return torch.ones_like(sizes) if sampling == "proportional" or private else sizes
 
 
 def _server_rule(cfg: ResolvedConfig, method: Method, threat: ThreatModel, num_clients: int):

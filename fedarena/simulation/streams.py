@@ -20,6 +20,8 @@ AGGREGATE = 7  # the server rule's own random draws (DnC's coordinates), per rou
 TRAIN = 11  # minibatch plans, per (round, client)
 DROPOUT = 12  # seeded dropout: one key per (round, step) of training (models.dropout)
 DROPOUT_EVAL = 13  # seeded dropout at evaluation (models that drop there too), per evaluated round
+PRIVACY = 14  # differential privacy's noise, per (round, one of the three below)
+SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output, local DP's, adaptive clipping's count
 
 
 def stream(seed: int, tag: int, *more: int) -> np.random.Generator:

@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
+from fedarena.simulation.properties import stored_value
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import local_store_path
 from fedarena.tracking.location import tracking_uri as resolve_uri
@@ -169,7 +170,7 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
     for run, identity in zip(runs, identities, strict=True):
         row: dict = dict(run.data.params)
         row.update({k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.")})
-        row.update(run.data.metrics)
+        row.update({key: stored_value(key, value) for key, value in run.data.metrics.items()})
         row.update(run_id=run.info.run_id, status=run.info.status, start_time=run.info.start_time,
                    current=is_current(identity, today))
         if identity.legacy:
@@ -192,7 +193,8 @@ def read_runs(tracking_uri: str, suite: str) -> pd.DataFrame:
 def read_histories(tracking_uri: str, run_ids: list[str], metric: str = "acc_pooled") -> pd.DataFrame:
     """Per-round values of ``metric`` (step = round) for the given runs: run_id, step, value."""
     client = mlflow_client(tracking_uri)
-    rows = [(run_id, m.step, m.value) for run_id in run_ids for m in client.get_metric_history(run_id, metric)]
+    rows = [(run_id, m.step, stored_value(metric, m.value)) for run_id in run_ids
+            for m in client.get_metric_history(run_id, metric)]
     return pd.DataFrame(rows, columns=["run_id", "step", "value"])
 
 

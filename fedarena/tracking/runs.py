@@ -9,9 +9,12 @@
   really run, see ``suites.dataset_labels``). A run of one variant of a selected method (a suite entry with
   ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
   and ``variant`` (e.g. ``aggregator.eps=0.5``). ``backend_used`` is the backend that ran the trial (what
-  ``backend: auto`` chose; the param ``backend`` says what was asked).
+  ``backend: auto`` chose; the param ``backend`` says what was asked). A run of a suite's privacy axis
+  (other than ``none``) has ``privacy_label``.
 - Metrics: every metric registered (``simulation.metrics.metric_directions``, a plugin's too) at every evaluation
-  round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients).
+  round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients). The run
+  properties (``simulation.properties``: ``epsilon`` under differential privacy) likewise, an infinite one too
+  (MLflow stores the largest float; ``tracking.reading`` gives back ``inf``).
   The benchmark writes the rounds of a trial in batches (with a checkpoint, and at the end). At the last
   round, what the trial's last attempt cost (``simulation.costs``): ``cost_total_s``, ``cost_round_ms``,
   ``cost_eval_s``, ``cost_checkpoint_s``, ``cost_setup_s`` (with ``*_calls``), ``cost_peak_rss_mb`` and on CUDA
@@ -43,6 +46,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import metric_directions
+from fedarena.simulation.properties import RUN_PROPERTIES
 from fedarena.tracking.reading import (
     REUSED_FROM,
     RunSummary,
@@ -56,7 +60,7 @@ from fedarena.tracking.reading import (
 HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a run has logged
 TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite", "scale", "dataset_fingerprint",
         "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
-        "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used")
+        "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used", "privacy_label")
 REUSED_FROM_SUITE, USED_BY = "reused_from_suite", "used_by"  # REUSED_FROM: ``tracking.reading``
 METRIC_DIRECTIONS_TAG = "metric_directions"  # JSON {metric: higher is better} of the plugins' metrics a run logged
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
@@ -86,11 +90,13 @@ def run_params(flat_config: Mapping[str, Any]) -> dict[str, str]:
     return {key[:250]: param_value(value) for key, value in flat_config.items()}
 
 
-def run_name(method_label: str, dataset_label: str, attack_label: str, level: float, seed: int) -> str:
-    """Readable run (and Ray trial) name, e.g. ``ditto digits a1@0.5 s0`` or ``global fmnist clean s1``;
-    the config hash, not this, is the run's identity."""
+def run_name(method_label: str, dataset_label: str, attack_label: str, level: float, seed: int,
+             privacy_label: str = "none") -> str:
+    """Readable run (and Ray trial) name, e.g. ``ditto digits a1@0.5 s0``, ``global fmnist clean s1`` or, with
+    differential privacy, ``global digits clean eps10 s0``; the config hash, not this, is the run's identity."""
     setting = f"{attack_label}@{level:g}" if level > 0 else attack_label
-    return f"{method_label} {dataset_label} {setting} s{seed}"
+    private = f" {privacy_label}" if privacy_label != "none" else ""
+    return f"{method_label} {dataset_label} {setting}{private} s{seed}"
 
 
 class RunStore:
@@ -213,9 +219,14 @@ class RunStore:
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
     """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics), and
     what the run cost (``cost_*``, at its last round)."""
-    keys = [*metric_directions(), *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
+    keys = [*metric_directions(), *RUN_PROPERTIES, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
     return [Metric(key, float(metrics[key]), now, round_idx) for key in keys
-            if key in metrics and metrics[key] is not None and math.isfinite(float(metrics[key]))]
+            if key in metrics and metrics[key] is not None and _kept(key, float(metrics[key]))]
+
+
+def _kept(key: str, value: float) -> bool:
+    """Finite values, and a run property's infinity (a value: no privacy guarantee), never NaN."""
+    return math.isfinite(value) or (key in RUN_PROPERTIES and math.isinf(value))
 
 
 def _tag(value: Any) -> str:

@@ -17,6 +17,7 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     RoundDraw,
     aggregator,
+    ball_sensitivity,
     check_common,
     check_updates,
     columnwise,
@@ -65,7 +66,13 @@ def check_norm_bound(n: int, f: int, *, max_norm: float | None = None, sigma: fl
                           f"x the clipping radius), got {sigma}")
 
 
-@aggregator("norm_bound", check=check_norm_bound)
+def fixed_bound(*, max_norm: float | None = None, **params) -> bool:
+    """Whether the clipping radius is fixed (the client bounds its own norm, so the server needs only the sum of
+    the bounded updates) rather than the round's median norm (which needs every norm)."""
+    return max_norm is not None
+
+
+@aggregator("norm_bound", check=check_norm_bound, sensitivity=ball_sensitivity, sum_only=fixed_bound)
 def norm_bound(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     max_norm: float | None = None,
@@ -80,7 +87,7 @@ def norm_bound(
     return clipped_mean(updates, norm_bound_radius(updates, max_norm))
 
 
-@aggregator("weak_dp", check=check_norm_bound, needs_round=True, version=2)
+@aggregator("weak_dp", check=check_norm_bound, needs_round=True, version=2, sum_only=fixed_bound)
 def weak_dp(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     max_norm: float | None = None, sigma: float | None = None, round: RoundDraw | None = None,

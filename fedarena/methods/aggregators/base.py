@@ -45,6 +45,18 @@ class AggregatorEntry:
     # selects(updates, *, f, [round,] **hyperparameters) -> the indices of the rows a selection rule keeps (Krum,
     # multi-Krum, Bulyan): what an attack tailored to the rule checks; None for a rule that selects no rows
     selects: Callable[..., torch.Tensor] | None = None
+    # sensitivity(n, f, **hyperparameters) -> how far the rule's output moves, in units of the clip bound, when one of n updates
+    # clipped to that bound is replaced by another (replace-one adjacency): central DP scales its noise to it
+    # (``fedarena.privacy``); None: not known, so the rule is refused under central DP
+    sensitivity: Callable[..., float] | None = None
+    # whether the rule needs only the sum of the updates, which secure aggregation reveals (the mean), rather than
+    # each update (Krum, the median); a callable of the rule's hyperparameters where they decide it
+    sum_only: bool | Callable[..., bool] = False
+
+    def needs_each_update(self, **params) -> bool:
+        """Whether the rule reads the individual updates with these hyperparameters (secure aggregation hides
+        them)."""
+        return not (self.sum_only(**params) if callable(self.sum_only) else self.sum_only)
 
 
 @dataclass(frozen=True)
@@ -105,18 +117,32 @@ def check_common(n: int, f: int, **params) -> None:
 
 def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False,
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
-               effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None):
+               effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
+               sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
-    (``Registry.add``) and, for a rule that keeps some rows, the function that says which (``selects``)."""
+    (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
+    sensitivity to one clipped update (``sensitivity``, central DP) and whether it needs only the updates' sum
+    (``sum_only``, secure aggregation; default: it needs each update)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
-                                              uses_weights, needs_round, needs_root, selects), version=version,
-                        effective=effective)
+                                              uses_weights, needs_round, needs_root, selects, sensitivity, sum_only),
+                        version=version, effective=effective)
         return fn
 
     return decorator
+
+
+def mean_sensitivity(n: int, f: int, **params) -> float:
+    """The uniform mean's: one of n clipped updates moves by at most 2 bounds, the mean by 2 / n."""
+    return 2.0 / n
+
+
+def ball_sensitivity(n: int, f: int, **params) -> float:
+    """A rule whose output stays in the ball of radius the bound (a convex combination of the clipped updates,
+    or of copies shrunk further): any two outputs differ by at most its diameter, 2 bounds."""
+    return 2.0
 
 
 def check_updates(updates: torch.Tensor, f: int) -> int:

@@ -7,6 +7,7 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     aggregator,
+    ball_sensitivity,
     check_common,
     check_updates,
     columnwise,
@@ -14,7 +15,8 @@ from fedarena.methods.aggregators.base import (
 )
 
 
-@aggregator("median")
+# a coordinate's median moves by at most the change of the one replaced value there: 2 bounds in L2 overall
+@aggregator("median", sensitivity=ball_sensitivity)
 def median(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
@@ -43,7 +45,13 @@ def check_trimmed_mean(n: int, f: int, *, beta: float | None = None) -> None:
         )
 
 
-@aggregator("trimmed_mean", check=check_trimmed_mean)
+def trimmed_mean_sensitivity(n: int, f: int, *, beta: float | None = None) -> float:
+    """Replacing one value moves every order statistic of a coordinate the same way, so the kept sum moves by at most
+    the replaced value's change: 2 bounds over the n - 2t values averaged."""
+    return 2.0 / (n - 2 * trim_count(n, f, beta))
+
+
+@aggregator("trimmed_mean", check=check_trimmed_mean, sensitivity=trimmed_mean_sensitivity)
 def trimmed_mean(
     updates: torch.Tensor,
     *,

@@ -7,6 +7,7 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     aggregator,
+    ball_sensitivity,
     check_common,
     check_updates,
     coordinate_median,
@@ -32,7 +33,7 @@ def weiszfeld_objective(
     return alpha @ dist, dist
 
 
-@aggregator("geometric_median", check=check_geometric_median, uses_weights=True)
+@aggregator("geometric_median", check=check_geometric_median, uses_weights=True, sensitivity=ball_sensitivity)
 def geometric_median(
     updates: torch.Tensor,
     *,

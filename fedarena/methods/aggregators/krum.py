@@ -9,6 +9,7 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     RoundDraw,
     aggregator,
+    ball_sensitivity,
     check_common,
     check_updates,
     columnwise,
@@ -63,7 +64,7 @@ def krum_selection(updates: torch.Tensor, *, f: int, reference_mode: bool = Fals
     return krum_order(updates, f, reference_mode, round)[:1]
 
 
-@aggregator("krum", check=check_krum, needs_round=True, selects=krum_selection)
+@aggregator("krum", check=check_krum, needs_round=True, selects=krum_selection, sensitivity=ball_sensitivity)
 def krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     reference_mode: bool = False, round: RoundDraw | None = None,
@@ -99,6 +100,7 @@ def multi_krum_selection(updates: torch.Tensor, *, f: int, m: int | None = None,
 
 
 @aggregator("multi_krum", check=check_multi_krum, needs_round=True, selects=multi_krum_selection,
+            sensitivity=ball_sensitivity,
             effective={"m": lambda facts: None if facts.f is None else facts.n - facts.f})
 def multi_krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, m: int | None = None,

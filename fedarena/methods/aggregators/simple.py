@@ -12,8 +12,10 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     PRE_AGGREGATORS,
     aggregator,
+    ball_sensitivity,
     check_common,
     check_updates,
+    mean_sensitivity,
     normalised_weights,
     require_losses,
     subset_mean,
@@ -23,7 +25,7 @@ from fedarena.methods.aggregators.base import (
 NORM_GUARD = 1e-10  # the reference's l2_clip divides by norm + 1e-10
 
 
-@aggregator("mean")
+@aggregator("mean", sensitivity=mean_sensitivity, sum_only=True)
 def mean(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
@@ -33,7 +35,7 @@ def mean(
     return updates.mean(dim=0)
 
 
-@aggregator("weighted_mean", uses_weights=True)
+@aggregator("weighted_mean", uses_weights=True, sensitivity=mean_sensitivity, sum_only=True)
 def weighted_mean(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
@@ -61,7 +63,7 @@ def clip_to_median_norm(updates: torch.Tensor) -> torch.Tensor:
 PRE_AGGREGATORS.add("clip", clip_to_median_norm)
 
 
-@aggregator("clipping")
+@aggregator("clipping", sensitivity=ball_sensitivity)
 def clipping(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
@@ -77,7 +79,7 @@ def check_keeps_one(n: int, f: int, **params) -> None:
         raise ConfigError(f"this rule keeps n - f updates and needs f < n, got n={n}, f={f}")
 
 
-@aggregator("k_norm", check=check_keeps_one)
+@aggregator("k_norm", check=check_keeps_one, sensitivity=ball_sensitivity)
 def k_norm(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:

@@ -1,0 +1,193 @@
+"""A trial's privacy: what its section allows (checked before training), the noise multiplier it runs at
+(given, or calibrated from a target epsilon), the epsilon it has spent after each round, and the steps the
+round loop takes.
+
+Order in a round (``simulation.engine.run_round``):
+
+1. the devices train; under **local DP** each clips its update to ``clip`` and adds its own noise;
+   under **central DP with secure aggregation** each clips its own update (the server cannot see one);
+2. the attackers replace or alter their rows (an attacker does not have to clip or noise);
+3. **central DP**: the server clips every update it receives to the bound, runs its rule on them with uniform
+   weights (a device's sample count is private too), and adds Gaussian noise to the rule's output of standard
+   deviation z_Delta x bound x sensitivity / 2, the rule's replace-one sensitivity in bounds
+   (``AggregatorEntry.sensitivity``): for the mean 2 / n, i.e. DP-FedAvg's noise ``z clip`` on the sum divided
+   by n. So every rule spends the same budget at the same z; a rule that moves more per update gets more
+   noise. With adaptive clipping the bound of the next round follows the noisy count of unclipped updates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.base import AGGREGATORS
+from fedarena.methods.aggregators.builder import Aggregator
+from fedarena.methods.base import Method
+from fedarena.privacy import accounting
+from fedarena.privacy.mechanisms import PrivacySpec
+from fedarena.privacy.noise import clip_rows, gaussian, local_privatize, next_clip, unclipped_count
+
+CLIP_STATE = "dp_clip"  # the adaptive bound, in the server's state (``SimState.server``)
+COUNT_NOISE_SHARE = 20  # count_noise null: clients_per_round / 20 (Andrew et al. 2021)
+
+
+def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggregator | None) -> None:
+    """The checks that need no data: DP needs uniform sampling, a method with a global model that averages the
+    updates, and (central) a rule of known sensitivity without pre-aggregators; secure aggregation needs a rule
+    that reads only the sum. One line each, naming what is allowed."""
+    where = f"privacy {spec.name!r}"
+    if spec.private and sampling != "uniform":
+        raise ConfigError(f"{where} needs sampling: uniform (a fixed number of devices drawn uniformly without "
+                          f"replacement, the sampling its accountant covers); got sampling={sampling}")
+    if spec.private and not method.uses_aggregator:
+        raise ConfigError(f"{where}: method {method.name!r} has no global aggregation, so nothing leaves a device "
+                          f"to privatize; leave privacy at none")
+    if spec.central and method.reweights_clients:
+        raise ConfigError(f"{where}: method {method.name!r} weights the devices by their losses or updates, which "
+                          f"DP-FedAvg's noise does not cover; central DP composes with methods that average the "
+                          f"updates (global, ditto, finetuning, fedprox, ...) or use privacy local")
+    if spec.adaptive and spec.secure_aggregation:
+        raise ConfigError(f"{where}: adaptive clipping under secure aggregation is not modelled (the devices would "
+                          f"count the unclipped updates securely too); use a fixed clip or drop secure_aggregation")
+    if rule is None:
+        return
+    if spec.central:
+        _check_central_rule(where, rule)
+    if spec.secure_aggregation and (rule.pre or rule.entry.needs_each_update(**rule.params)):
+        what = f"pre-aggregator {rule.pre[0]!r}" if rule.pre else f"aggregator {rule.name!r}"
+        raise ConfigError(f"{where}: {what} needs each device's update, which secure aggregation hides; under "
+                          f"secure_aggregation the server rule must need only their sum: {', '.join(sum_rules())}")
+
+
+def _check_central_rule(where: str, rule: Aggregator) -> None:
+    if rule.entry.sensitivity is None:
+        raise ConfigError(f"{where}: aggregator {rule.name!r} has no known sensitivity to one device's update, so "
+                          f"no noise can be calibrated to it; central DP composes with {', '.join(dp_rules())}, "
+                          f"or use privacy local, which composes with every rule")
+    if rule.pre:
+        raise ConfigError(f"{where}: pre-aggregator {rule.pre[0]!r} couples the updates before the rule, which "
+                          f"the rule's sensitivity does not cover; drop aggregator.pre under central DP")
+
+
+def dp_rules() -> list[str]:
+    """The aggregators central DP composes with (a known sensitivity)."""
+    return [name for name in AGGREGATORS.names() if AGGREGATORS.get(name).sensitivity is not None]
+
+
+def sum_rules() -> list[str]:
+    """The aggregators that can run under secure aggregation (at their defaults or with a fixed bound)."""
+    out = []
+    for name in AGGREGATORS.names():
+        entry = AGGREGATORS.get(name)
+        if not entry.needs_each_update():
+            out.append(name)
+        elif callable(entry.sum_only):
+            out.append(f"{name} (max_norm set)")
+    return out
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """A private trial's mechanism, fixed before training."""
+
+    spec: PrivacySpec
+    noise_multiplier: float  # z: given, or calibrated from the target epsilon
+    delta: float
+    num_clients: int
+    per_round: int
+    count_noise: float | None  # adaptive clipping's (central), else None
+    most_rounds: np.ndarray | None  # local DP: [rounds + 1] the most rounds any device took part in after t rounds
+
+    def epsilon(self, rounds_done: int) -> float:
+        """The epsilon spent after ``rounds_done`` rounds (central: of the released models; local: of the device
+        that took part most), at ``delta``, by dp-accounting."""
+        if self.spec.local:
+            return accounting.local_epsilon(self.spec.accountant, self.noise_multiplier,
+                                            int(self.most_rounds[rounds_done]), self.delta)
+        return accounting.central_epsilon(self.spec.accountant, self.noise_multiplier, self.num_clients,
+                                          self.per_round, rounds_done, self.delta, self.count_noise)
+
+    def properties(self, rounds_done: int) -> dict[str, float]:
+        """The run properties it reports at a round (``simulation.properties``)."""
+        return {"epsilon": self.epsilon(rounds_done), "delta": self.delta, "noise_multiplier": self.noise_multiplier}
+
+    def before_sending(self, updates: torch.Tensor, noise: torch.Generator) -> torch.Tensor:
+        """What the devices send: local DP clips each update and adds its own noise (drawn from ``noise``); central
+        DP under secure aggregation clips each (the server cannot)."""
+        if self.spec.local:
+            return local_privatize(updates, self.spec.clip, self.noise_multiplier, noise)
+        if self.spec.central and self.spec.secure_aggregation:
+            return clip_rows(updates, self.spec.clip)  # adaptive clipping is refused under secure aggregation
+        return updates
+
+    def bound_now(self, server: dict) -> float:
+        """This round's clip bound: the adaptive one in the server's state, else ``clip``."""
+        value = server.get(CLIP_STATE)
+        return self.spec.clip if value is None else float(value)
+
+    def server_rule(self, rule: Aggregator, server: dict, noise: torch.Generator,
+                    count_noise: torch.Generator) -> CentralRule | Aggregator:
+        """The round's server rule: under central DP ``rule`` clipped, uniformly weighted and noised (``noise``
+        for the output, ``count_noise`` for adaptive clipping's count)."""
+        if not self.spec.central:
+            return rule
+        return CentralRule(self, rule, server, noise, count_noise)
+
+
+@dataclass(frozen=True)
+class CentralRule:
+    """``rule`` under central DP for one round, called like an ``Aggregator`` by a method's server step."""
+
+    plan: PrivacyPlan
+    rule: Aggregator
+    server: dict  # the round's server state: the adaptive bound is replaced here
+    noise: torch.Generator
+    count_noise: torch.Generator
+
+    def __call__(self, updates: torch.Tensor, weights: torch.Tensor, losses: torch.Tensor | None = None,
+                 client_weights: torch.Tensor | None = None) -> torch.Tensor:
+        if client_weights is not None:  # check_privacy refuses such methods before training
+            raise ConfigError("central DP: a method's own client weighting is not covered by its noise")
+        plan, spec = self.plan, self.plan.spec
+        bound = plan.bound_now(self.server)
+        rows = updates if spec.secure_aggregation else clip_rows(updates, bound)
+        out = self.rule(rows, torch.ones_like(weights), losses)
+        sensitivity = self.rule.entry.sensitivity(updates.shape[0], self.rule.f, **self.rule.params)
+        z = accounting.update_noise(plan.noise_multiplier, plan.count_noise)
+        std = z * bound * sensitivity / accounting.SENSITIVITY_PER_CLIP
+        out = out + gaussian(out, std, self.noise)
+        if spec.adaptive:
+            new = next_clip(bound, unclipped_count(updates, bound), updates.shape[0], spec.target_quantile,
+                            spec.clip_lr, plan.count_noise, self.count_noise)
+            self.server[CLIP_STATE] = torch.tensor(new, dtype=torch.float64)
+        return out
+
+
+def privacy_plan(spec: PrivacySpec, num_clients: int, per_round: int, rounds: int,
+                 most_rounds: np.ndarray | None = None) -> PrivacyPlan | None:
+    """The plan of a private trial (None without DP): delta, the count noise and the noise multiplier, calibrated
+    where a target epsilon is given (a target no noise reaches is a ConfigError, before training). Local DP
+    needs ``most_rounds`` [rounds + 1]: after t rounds, the most rounds any one device took part in (the
+    draws are seeded, so known before training)."""
+    if not spec.private:
+        return None
+    delta = accounting.default_delta(num_clients) if spec.delta is None else spec.delta
+    count_noise = None
+    if spec.adaptive:
+        count_noise = per_round / COUNT_NOISE_SHARE if spec.count_noise is None else spec.count_noise
+    if spec.local:
+        make = ("local", int(most_rounds[rounds]))
+        probe = accounting.local_event(1.0, make[1])
+    else:
+        make = ("central", num_clients, per_round, rounds, count_noise)
+        probe = accounting.central_event(1.0, num_clients, per_round, rounds)  # the sampling decides support
+    accounting.check_supported(spec.accountant, probe)
+    if spec.target_epsilon is not None:
+        z = accounting.calibrate(spec.accountant, spec.target_epsilon, delta, make)
+    else:
+        z = spec.noise_multiplier
+        accounting.update_noise(z, count_noise)  # adaptive clipping's count must leave budget for the updates
+    return PrivacyPlan(spec, z, delta, num_clients, per_round, count_noise, most_rounds)

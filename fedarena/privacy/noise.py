@@ -1,0 +1,44 @@
+"""The tensor side of differential privacy: clipping, Gaussian noise and the adaptive clip bound. Pure functions
+over stacked updates [n, d]; every draw comes from the generator the caller passes (a seeded stream)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def clip_rows(updates: torch.Tensor, bound: float) -> torch.Tensor:
+    """Each row scaled to L2 norm at most ``bound``: u * min(1, bound / ||u||) (a zero row stays zero)."""
+    norms = updates.norm(dim=1)
+    factors = torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(updates.dtype).tiny), 1.0)
+    return updates * factors.to(updates.dtype)[:, None]
+
+
+def gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
+    """N(0, std^2) noise of ``like``'s shape, dtype and device (zeros where std is 0, drawing nothing)."""
+    if std == 0:
+        return torch.zeros_like(like)
+    return torch.randn(like.shape, generator=generator, device=like.device, dtype=like.dtype) * std
+
+
+def local_privatize(updates: torch.Tensor, clip: float, noise_multiplier: float,
+                    generator: torch.Generator) -> torch.Tensor:
+    """Local DP: every row clipped to ``clip`` plus its own N(0, (noise_multiplier clip)^2 I) noise."""
+    clipped = clip_rows(updates, clip)
+    return clipped + gaussian(clipped, noise_multiplier * clip, generator)
+
+
+def unclipped_count(updates: torch.Tensor, bound: float) -> int:
+    """How many rows have L2 norm at most ``bound`` (the bits b_i of adaptive clipping)."""
+    return int((updates.norm(dim=1) <= bound).sum())
+
+
+def next_clip(bound: float, unclipped: int, n: int, target_quantile: float, clip_lr: float, count_noise: float,
+              generator: torch.Generator) -> float:
+    """Andrew et al. (NeurIPS 2021), geometric update: the noisy fraction of unclipped updates
+    b = (sum_i b_i + N(0, count_noise^2)) / n moves the bound to bound * exp(-clip_lr (b - target_quantile)), so
+    it settles where a ``target_quantile`` share of the norms lie below it."""
+    noise = float(torch.randn((), generator=generator, device=generator.device, dtype=torch.float64)) * count_noise
+    fraction = (unclipped + noise) / n
+    return bound * math.exp(-clip_lr * (fraction - target_quantile))

@@ -1,0 +1,29 @@
+"""Run properties: numbers that describe the run itself rather than what its evaluation counted, reported beside
+the metrics at every evaluated round and in ``final``: under differential privacy the budget spent (``epsilon``,
+at ``delta``) and the ``noise_multiplier`` used.
+
+A property may be infinite (no noise: no guarantee), and infinity is a value, not a missing number: the result
+file writes it as JSON's ``Infinity`` and the store's reader gives it back as ``inf`` (MLflow keeps it as the
+largest float). A run without the property (no differential privacy) has none.
+"""
+
+from __future__ import annotations
+
+import math
+
+# name -> higher is better (None: neither): the privacy spent, at which delta, and the noise multiplier the run used
+# (given, or calibrated from a target epsilon)
+RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None}
+MLFLOW_INFINITY = 1.7976931348623157e308  # what MLflow's SQL store writes for an infinite metric
+
+
+def run_properties(trial, rounds_done: int) -> dict[str, float]:
+    """The trial's properties after ``rounds_done`` rounds (none without differential privacy)."""
+    return trial.privacy.properties(rounds_done) if trial.privacy is not None else {}
+
+
+def stored_value(name: str, value: float) -> float:
+    """A value as read back from the store: a run property's infinity comes back as ``inf``."""
+    if name in RUN_PROPERTIES and abs(value) >= MLFLOW_INFINITY:
+        return math.copysign(math.inf, value)
+    return value
