@@ -92,7 +92,7 @@ def test_two_suites_at_once_compute_their_shared_trial_once(tmp_path, suites, ga
     assert_shared_once(tmp_path / "store" / "mlflow.db", shared)
 
 
-def test_a_previous_release_store_and_checkpoint_are_read_and_resumed(ray_cluster, tmp_path):
+def test_a_previous_release_store_is_read_as_engine_version_one_and_rerun(ray_cluster, tmp_path):
     # Prepare: what a previous release left: one trial FINISHED, one interrupted at round 100 of 200 with its
     # checkpoint keyed by that release's config hash; tags without component versions, a commit of that release
     path = write(tmp_path, suite("legacy", {"label": "ditto", "method": {"name": "ditto", "lam": 0.5}}, 200))
@@ -119,16 +119,17 @@ def test_a_previous_release_store_and_checkpoint_are_read_and_resumed(ray_cluste
     # Execute
     summary = run_bench(BenchOptions(str(path), scale="smoke", tracking_uri=uri, storage=tmp_path / "ray",
                                      checkpoint_every=50), Printer(lines.append))
-    # Assert: the finished run counts as done, the interrupted one resumed from round 100 to the numbers of an
-    # uninterrupted run; its run records today's identity
-    assert (summary.skipped, summary.resumed, summary.finished) == (1, 1, 1), lines
-    assert any("resuming run" in line and "round 100" in line for line in lines), lines
-    resumed = next(r for r in client.search_runs([experiment]) if r.info.run_name == interrupted.name)
+    # Assert: that release ran engine version 1 (its commit is one whose numbers version 1 reproduces); since the
+    # engine's version 2 both its runs are stale: nothing is skipped, its checkpoint is not resumed (it would
+    # continue version 1's trajectory with version 2's engine), both trials run afresh, the old runs stay
+    assert (summary.skipped, summary.resumed, summary.finished) == (0, 0, 2), lines
+    assert any("engine v1 -> v2" in line for line in lines), lines
+    runs = client.search_runs([experiment])
+    fresh = next(r for r in runs if r.info.run_name == interrupted.name and r.info.status == "FINISHED")
     full, _ = simulate(build_trial(interrupted.config))
-    assert resumed.data.metrics["acc_pooled"] == full.history[-1]["acc_pooled"]
-    assert resumed.data.tags["config_hash"] == interrupted.config_hash
-    assert json.loads(resumed.data.tags["component_versions"]) == interrupted.versions
-    assert resumed.data.tags["resumed_from_round"] == "100"
+    assert fresh.data.metrics["acc_pooled"] == full.history[-1]["acc_pooled"]
+    assert fresh.data.tags["config_hash"] == interrupted.config_hash and fresh.data.tags["resumed_from_round"] == "0"
+    assert len(runs) == 4 and json.loads(fresh.data.tags["component_versions"]) == interrupted.versions
 
 
 def partial_state(config, rounds: int):

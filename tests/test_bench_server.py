@@ -123,7 +123,8 @@ def test_server_killed_mid_suite_stops_soon_the_rerun_loses_nothing_then_skips_a
     lines = bench.err.read_text().strip().splitlines()
     assert code == 2 and len(lines) == 1, bench.text()
     assert f"the tracking store {server.uri} failed (/api/2.0/mlflow/" in lines[0], lines[0]
-    assert "Connection refused" in lines[0] and "nothing is lost" in lines[0], lines[0]
+    # refused once it is down; broken when it died while answering a request
+    assert ("Connection refused" in lines[0] or "Connection broken" in lines[0]) and "nothing is lost" in lines[0], lines[0]
     assert_clean(bench.text())
     assert sorted(r["status"] for r in left) == ["RUNNING", "RUNNING"], left
     assert rerun.returncode == 0 and "2 to resume" in rerun.stdout, rerun.stdout + rerun.stderr

@@ -105,12 +105,33 @@ def test_uniform_sampling_and_proportional_sampling_differ(small_config):
 
 
 def test_step_mode_batches_never_repeat_a_sample_within_a_batch():
-    from fedarena.simulation.data import client_batches
+    from fedarena.simulation.data import Pooled, round_plan
 
-    batches = client_batches(size=10, steps=7, epochs=0, batch_size=4, rng=np.random.default_rng(0))
-    assert len(batches) == 7 and all(len(b) == 4 and len(set(b.tolist())) == 4 for b in batches)
-    # two full batches per pass over 10 samples: batches 0 and 1 come from one permutation
-    assert not set(batches[0].tolist()) & set(batches[1].tolist())
+    # Prepare: one client of 10 samples, 7 steps of 4: two full batches per permutation
+    pool = Pooled(torch.zeros(10, 1), torch.zeros(10, dtype=torch.long), np.array([0]), np.array([10]),
+                  torch.zeros(10, dtype=torch.long))
+    # Execute
+    index, mask, active = round_plan(pool, np.array([0]), 7, 0, 4, seed=0, round_idx=0)
+    batches = [index[s, 0].tolist() for s in range(7)]
+    # Assert
+    assert bool(active.all()) and bool(mask.all()) and all(len(set(b)) == 4 for b in batches)
+    assert not set(batches[0]) & set(batches[1])  # batches 0 and 1 come from one permutation
+
+
+def test_a_clients_minibatches_do_not_depend_on_the_others_drawn_with_it():
+    from fedarena.simulation.data import Pooled, round_plan
+
+    sizes = np.array([10, 3, 25, 7])
+    pool = Pooled(torch.zeros(45, 1), torch.zeros(45, dtype=torch.long), np.array([0, 10, 13, 38]), sizes,
+                  torch.zeros(45, dtype=torch.long))
+    for steps, epochs in ((7, 0), (0, 2)):
+        together = round_plan(pool, np.arange(4), steps, epochs, 4, seed=1, round_idx=3)
+        for k in range(4):  # the real samples of each step, alone and in the group (its padding may differ)
+            alone = round_plan(pool, np.array([k]), steps, epochs, 4, seed=1, round_idx=3)
+            for s in range(together[0].shape[0]):
+                shown = together[0][s, k][together[1][s, k] > 0].tolist()
+                own = alone[0][s, 0][alone[1][s, 0] > 0].tolist() if s < alone[0].shape[0] else []
+                assert shown == own, (steps, epochs, k, s)
 
 
 def test_divergence_with_continue_keeps_personal_models_finite(small_config):

@@ -7,7 +7,7 @@ import pytest
 from fedarena.config import ExperimentConfig
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.sections import resolve_config
-from fedarena.simulation.identity import trial_identity
+from fedarena.simulation.identity import digest, trial_identity
 from fedarena.tracking.runs import run_params
 from fedarena.tracking.versions import (
     V1_COMMITS,
@@ -27,7 +27,7 @@ def test_values_leave_defaults_out_and_keep_names_and_the_device():
     ident = identity(dataset={"name": "digits", "num_clients": 30}, method={"name": "ditto", "lam": 0.1}, rounds=50)
     assert ident.values == {"aggregator.name": "mean", "attack.name": "none", "dataset.name": "digits",
                             "device": "cpu", "method.lam": 0.1, "method.name": "ditto", "model.name": "mlp"}
-    assert ident.versions["method/ditto"] == 1 and ident.versions["engine"] == 1
+    assert ident.versions["method/ditto"] == 1 and ident.versions["engine"] == 2
     assert ident.versions["partitioner/k_classes"] == 1 and "metric/acc_pooled" in ident.versions
 
 
@@ -66,8 +66,9 @@ def test_seeds_share_a_cell_and_a_version_bump_changes_hash_and_cell_but_not_key
 
 
 def legacy_params(**data) -> dict[str, str]:
-    """The params a previous release logged: the flattened resolved config of that day."""
-    return run_params(resolve_config(ExperimentConfig.from_dict(data)).flat())
+    """The params a previous release logged: the flattened resolved config of that day (no privacy section)."""
+    flat = resolve_config(ExperimentConfig.from_dict(data)).flat()
+    return run_params({k: v for k, v in flat.items() if not k.startswith("privacy.")})
 
 
 def test_a_previous_release_run_of_a_known_commit_is_version_one_of_what_it_used():
@@ -75,8 +76,10 @@ def test_a_previous_release_run_of_a_known_commit_is_version_one_of_what_it_used
     params.pop("attack.mode")  # written before the option existed
     found = run_identity(params, {"git_sha": sorted(V1_COMMITS)[0], "config_hash": "old"})
     today = identity(attack={"name": "min_sum", "level": 0.2}, aggregator={"name": "median"}, seed=2)
-    assert found.legacy and found.config_hash == today.config_hash and found.config_key == today.config_key
-    assert is_current(found, today.versions)
+    # its values are today's; it ran engine version 1, so since the engine's version 2 it is stale
+    assert found.legacy and found.config_key == today.config_key and found.versions["engine"] == 1
+    assert found.config_hash == digest({"values": today.values, "versions": {**today.versions, "engine": 1}})
+    assert not is_current(found, today.versions)
 
 
 def test_a_previous_release_run_of_an_unknown_commit_is_stale_with_its_reason():

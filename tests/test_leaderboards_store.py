@@ -8,9 +8,10 @@ from mlflow.tracking import MlflowClient
 from fedarena.errors import ConfigError
 from fedarena.leaderboards import LeaderboardError, build_leaderboards, read_runs
 from fedarena.leaderboards.build import suite_tables
+from fedarena.simulation.engine import ENGINE_VERSION
 
 
-def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha="sha1", versions='{"engine": 1}',
+def log_trial(client, exp_id, *, method, seed, accs, std, status="FINISHED", sha="sha1", versions=f'{{"engine": {ENGINE_VERSION}}}',
               start=None):
     """One trial as the tracking schema logs it: params, tags (its component versions), a metric history."""
     run = client.create_run(exp_id, start_time=start)
@@ -48,9 +49,9 @@ def store(tmp_path_factory):
     log_trial(client, exp_id, method="ditto", seed=2, accs=[0.1], std=0.5, status="FAILED")
     versions = client.create_experiment("versions")
     log_trial(client, versions, method="global", seed=0, accs=[0.84], std=0.09, sha="sha1", start=1000,
-              versions='{"aggregator/mine": "1+src:aa", "engine": 1}')
+              versions=f'{{"aggregator/mine": "1+src:aa", "engine": {ENGINE_VERSION}}}')
     log_trial(client, versions, method="global", seed=1, accs=[0.86], std=0.11, sha="sha2", start=2000,
-              versions='{"aggregator/mine": "1+src:bb", "engine": 1}')
+              versions=f'{{"aggregator/mine": "1+src:bb", "engine": {ENGINE_VERSION}}}')
     log_trial(
         client,
         client.create_experiment("inflight"),

@@ -58,10 +58,10 @@ def test_qffl_with_q_zero_equals_fedavg(small_config):
     torch.testing.assert_close(qffl.w, fedavg.w, rtol=0, atol=1e-7)
 
 
-def test_fedprox_with_mu_zero_equals_fedavg_exactly_and_mu_pulls_towards_the_global_model(small_config):
+def test_fedprox_with_mu_zero_equals_fedavg_and_mu_pulls_towards_the_global_model(small_config):
     fedavg = final_state(small_config, {"name": "global"})
     prox0 = final_state(small_config, {"name": "fedprox", "mu": 0.0})
-    assert torch.equal(prox0.w, fedavg.w)
+    torch.testing.assert_close(prox0.w, fedavg.w, rtol=1e-5, atol=1e-6)  # FedAvg's MLP step is fused: float32 tolerance
     w0 = build_trial(small_config(model={"name": "mlp", "hidden": [16]})).w0
     strong = final_state(small_config, {"name": "fedprox", "mu": 10.0})
     assert 0 < (strong.w - w0).norm() < (fedavg.w - w0).norm()

@@ -45,7 +45,7 @@ def test_fedtilt_with_large_mu_tracks_fedavg(small_config):
         state = run_round(trial, state)
     w_start = state.w.clone()
     state = run_round(trial, state)
-    assert torch.equal(state.w, fedavg.w)
+    torch.testing.assert_close(state.w, fedavg.w, rtol=1e-5, atol=1e-6)  # FedAvg's MLP step is fused
     last = torch.as_tensor(sample_clients(trial, 5))
     gap = (state.clients["personal"][last] - w_start).norm(dim=1)
     assert gap.max() < 0.1 * (w_start - trial.w0).norm()

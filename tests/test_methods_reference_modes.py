@@ -213,8 +213,10 @@ def test_skl_reference_adds_lam_times_the_kl_gradient_summed_over_the_whole_trai
     assert build_method({"name": "skl", "mode": "reference"}).needs_train and not build_method({"name": "skl"}).needs_train
 
 
+# skl at lam 0.1: at lam 1 the reference's KL gradient, summed over a large device's whole training set, makes its
+# finetuning unstable (a chaotic trajectory that two summation orders do not follow alike)
 REFERENCE_RUNS = {
-    "finetuning": {"epochs": 1}, "ewc": {"epochs": 1}, "skl": {"epochs": 1}, "per_fedavg": {"epochs": 1},
+    "finetuning": {"epochs": 1}, "ewc": {"epochs": 1}, "skl": {"epochs": 1, "lam": 0.1}, "per_fedavg": {"epochs": 1},
     "mapper": {"epochs": 1}, "l2sgd": {}, "apfl": {},
 }
 

@@ -30,6 +30,10 @@ class RecordingRule:
         self.inner = self.inner.for_round(draw)
         return self
 
+    @property
+    def needs_round(self):
+        return self.inner.needs_round
+
 
 def weights_seen(trial):
     """(aggregation weights the server saw in round 0, training sizes of the clients it sampled)."""

@@ -318,8 +318,9 @@ def _store_error_line(err: BaseException) -> str:
     connection's error (``/api/2.0/mlflow/runs/log-batch: Connection refused``), else the first line."""
     text = str(err)
     gave_up = re.search(r"Max retries exceeded with url: (\S+)", text)
-    if gave_up is None:
-        return first_line(err)[:300]
+    if gave_up is None:  # a server that died while answering: the request and "Connection broken"
+        broken = re.search(r"API request to \S+?(/api/\S+) failed with exception \('(Connection broken)", text)
+        return f"{broken.group(1)}: {broken.group(2)}" if broken else first_line(err)[:300]
     reason = re.search(r"\[Errno -?\d+\] ([^\"')]+)|(timed out)", text)
     words = (reason.group(1) or reason.group(2)) if reason else "no answer"
     return f"{gave_up.group(1)}: {words}"

@@ -3,9 +3,11 @@
 ``vmap(grad_and_value(loss))`` pays functorch's per-operator wrapping on every call, which for small dense
 models costs about twice the arithmetic. For a ``Sequential`` of ``Flatten``, ``Linear`` and ``ReLU`` with a
 cross-entropy loss, the same per-client forward and backward pass is written here as batched matrix
-products over the client axis. The operators and their order are the ones vmap's batching rules run
-(``bmm`` then the bias added; log-softmax's and the ReLU's own backward kernels), so on one machine the
-values and gradients are the vmapped ones bit for bit; ``tests/test_models_dense.py`` checks it.
+products over the client axis. ``dense_grad`` runs the operators in the order vmap's batching rules run them
+(``bmm`` then the bias added; log-softmax's and the ReLU's own backward kernels), so on one machine its values
+and gradients are the vmapped ones bit for bit. ``dense_descend_``, the plain SGD step FedAvg-like local
+training takes, is fused (fewer operators and passes over the weights, engine version 2): equal to the gradient
+step up to float32 rounding. ``tests/test_models_dense.py`` checks both.
 """
 
 from __future__ import annotations
@@ -60,11 +62,36 @@ def dense_grad(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.
 
 def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
                    scale: torch.Tensor) -> None:
-    """One SGD step in place, ``params -= scale[:, None] * gradient``, as ``addcmul_`` on the flat gradient
-    computes it element by element, but layer by layer (no [n, d] gradient is assembled; no loss value)."""
-    _, grads = dense_layer_grads(plan, params, x, y, mask, with_value=False)
-    for chunk, g in zip(torch.split(params, plan.chunk_sizes, dim=1), grads, strict=True):
-        chunk.addcmul_(scale[:, None], g, value=-1.0)
+    """One SGD step in place, ``params -= scale[:, None] * gradient`` of the masked mean cross-entropy, fused:
+    the bias enters each forward product (``baddbmm``); the loss's gradient at the logits is softmax - one-hot,
+    scaled at once by each sample's weight in its client's mean and the client's step size, so that every
+    product below it yields the step itself; each layer's weights are updated in place once the product that
+    needs them is done. No gradient is assembled and no loss value computed. Equal to the
+    unfused gradient step within float32 rounding (engine version 2; ``tests/test_models_dense.py``)."""
+    n, batch = x.shape[:2]
+    weights, biases = _layers(plan, params)
+    h = x.reshape(n, batch, -1)
+    inputs = [h]
+    last = len(weights) - 1
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+        if i < last:
+            h = torch.relu(z)
+            inputs.append(h)
+    factor = (scale / mask.sum(1).clamp_min(1)).unsqueeze(1) * mask  # [n, B]: step size x weight in the mean
+    dz = torch.softmax(z, -1)
+    dz.scatter_add_(-1, y.unsqueeze(-1), dz.new_full((n, batch, 1), -1.0))  # softmax - one-hot
+    dz.mul_(factor.unsqueeze(-1))
+    for i in range(last, -1, -1):
+        w, b = weights[i], biases[i]
+        below = torch.bmm(dz, w) if i > 0 else None  # with the weights before this step
+        if w.is_cuda:  # one batched product, then the update (the in-place product's CPU path loops per client)
+            w.sub_(torch.bmm(dz.transpose(1, 2), inputs[i]))
+        else:  # on a CPU the per-client in-place products beat a product and a pass over the weights
+            w.baddbmm_(dz.transpose(1, 2), inputs[i], alpha=-1.0)
+        b.sub_(dz.sum(1))
+        if i > 0:
+            dz = torch.ops.aten.threshold_backward(below, inputs[i], 0)
 
 
 def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,

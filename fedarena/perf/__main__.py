@@ -11,7 +11,7 @@ import torch
 from fedarena.perf.aggregators import time_aggregators
 from fedarena.perf.backend_choice import auto_rows
 from fedarena.perf.engine_vs_loop import build_trial, engine_vs_bare, evaluation_cost, perf_config
-from fedarena.perf.small import small_workload
+from fedarena.perf.small import WORKLOADS, small_workload
 
 
 def aggregation_times(device: str) -> list[dict]:
@@ -34,8 +34,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print(f"device={args.device} torch={torch.__version__} threads={torch.get_num_threads()}")
     if args.device == "cpu":
-        _print_rows("small workload, one thread: digits MLP 64-200-200-10, 100 clients, 10 a round, 2 steps of "
-                    "batch 16 (goal: engine_over_bare >= 4.5)", [small_workload()])
+        _print_rows("small workloads, one thread: MLP 64-200-200-10, 2 steps of batch 16 (goal on digits: "
+                    "engine_over_bare >= 4.5)",
+                    [{"workload": name, **small_workload(config=config, rounds=200 if "100" in name else 50)}
+                     for name, config in WORKLOADS.items()])
     _print_rows("backend: auto against both backends (goal: auto_over_best <= 1.1)", auto_rows(args.device, args.rounds))
     _print_rows("engine vs bare PyTorch SGD loop (10 clients/round, 5 steps, batch 16)",
                 [engine_vs_bare(m, args.device, args.rounds, args.repeats) for m in ("cnn_fmnist", "mlp")])

@@ -1,8 +1,8 @@
 """The small workload of ``make perf``: the batched engine against a bare per-client PyTorch loop and against
 its arithmetic limit.
 
-Workload: scikit-learn digits on 100 clients, an MLP 64-200-200-10, 10 clients a round, 2 local steps of
-batch 16, one torch thread. The bare loop takes the same minibatches with an ``nn.Module`` and
+Workloads: scikit-learn digits on 100 clients, an MLP 64-200-200-10, 10 clients a round, 2 local steps of
+batch 16, one torch thread; and the same model and steps on 1,000 synthetic clients, 50 a round. The bare loop takes the same minibatches with an ``nn.Module`` and
 ``torch.optim.SGD``, client after client. The limit is the round's multiply-adds (forward, weight gradients
 and input gradients of every layer but the first) at the rate this core reaches on one large matrix
 product: what no implementation of these steps can beat on this machine. ``products_ms`` times the round's
@@ -28,6 +28,18 @@ def small_config(backend: str = "batched") -> ExperimentConfig:
         "model": {"name": "mlp", "hidden": list(HIDDEN)}, "method": {"name": "global"},
         "rounds": 100_000, "clients_per_round": 10, "local_steps": 2, "batch_size": 16, "lr": 0.05,
         "eval_every": 100_000, "backend": backend, "device": "cpu"})
+
+
+def thousand_config(backend: str = "batched") -> ExperimentConfig:
+    """The same model and local schedule on 1,000 clients, 50 a round: FedProx's Synthetic(1, 1) with 64
+    features (digits has too few samples for 1,000 clients)."""
+    return ExperimentConfig.from_dict({
+        "dataset": {"name": "synthetic", "num_clients": 1000, "dim": 64}, "model": {"name": "mlp", "hidden": list(HIDDEN)},
+        "method": {"name": "global"}, "rounds": 100_000, "clients_per_round": 50, "local_steps": 2, "batch_size": 16,
+        "lr": 0.05, "eval_every": 100_000, "backend": backend, "device": "cpu"})
+
+
+WORKLOADS = {"digits, 100 clients, 10 a round": small_config, "synthetic, 1000 clients, 50 a round": thousand_config}
 
 
 def round_flops(cfg: ExperimentConfig, widths: tuple[int, ...]) -> float:
@@ -71,7 +83,7 @@ def _seconds(fn) -> float:
     return time.perf_counter() - start
 
 
-def small_workload(rounds: int = 200, repeats: int = 5) -> dict:
+def small_workload(rounds: int = 200, repeats: int = 5, config=small_config) -> dict:
     """Best-of-``repeats`` ms per round of the batched engine and of the bare loop (alternating, since this
     shared machine's timings scatter), with the arithmetic limit; on one torch thread."""
     threads = torch.get_num_threads()
@@ -79,7 +91,7 @@ def small_workload(rounds: int = 200, repeats: int = 5) -> dict:
     try:
         engine, bare = [], []
         for _ in range(repeats):
-            seconds, trial = time_engine(small_config(), rounds)
+            seconds, trial = time_engine(config(), rounds)
             engine.append(seconds / rounds)
             bare.append(time_bare_loop(trial, rounds) / rounds)
         widths = (trial.dataset.input_shape[-1], *HIDDEN, trial.dataset.num_classes)

@@ -15,17 +15,21 @@ import torch
 
 from fedarena.datasets.base import FederatedDataset
 from fedarena.models.batch import Batch
-from fedarena.simulation.streams import SAMPLING, TRAIN, stream
+from fedarena.simulation.streams import SAMPLING, TRAIN, keyed_uniforms
 
 
 def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, round_idx: int) -> np.ndarray:
-    """The clients of round ``round_idx`` in the order drawn (Ditto Algorithm 2): without replacement, with
-    probability proportional to the training ``sizes`` (``sampling`` proportional) or uniformly, keyed by (seed,
-    SAMPLING, round)."""
-    rng = stream(seed, SAMPLING, round_idx)
+    """The clients of round ``round_idx`` in the order drawn (Ditto Algorithm 2): without replacement, uniformly
+    (``sampling`` uniform) or each draw with probability proportional to the remaining clients' training
+    ``sizes`` (proportional). All draws at once (Efraimidis and Spirakis 2006): client k waits an exponential
+    time E_k / size_k (E_k from the uniform keyed by (seed, SAMPLING, round, k)); the first ``per_round`` to
+    arrive, in order, are distributed as successive draws."""
     weights = np.asarray(sizes, dtype=np.float64)
-    p = weights / weights.sum() if sampling == "proportional" else None
-    return rng.choice(len(weights), size=per_round, replace=False, p=p)
+    arrival = -np.log1p(-keyed_uniforms(seed, SAMPLING, round_idx, np.arange(len(weights)), 1)[:, 0])
+    if sampling == "proportional":
+        arrival = arrival / weights
+    first = np.argpartition(arrival, per_round - 1)[:per_round] if per_round < len(weights) else np.arange(len(weights))
+    return first[np.argsort(arrival[first], kind="stable")]
 
 
 def most_participation(seed: int, sampling: str, sizes: np.ndarray, per_round: int, rounds: int) -> np.ndarray:
@@ -80,40 +84,41 @@ class Pooled:
         return torch.as_tensor(idx, device=self.x.device), torch.as_tensor(real, device=self.x.device)
 
 
-def client_batches(size: int, steps: int, epochs: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Minibatch positions (into the client's own split) for one round.
-
-    Step mode (epochs == 0): ``steps`` full batches of min(B, size), each from within one permutation (a new
-    permutation once fewer than B samples are left in the current one, as the reference's batch generator),
-    so no batch holds a sample twice. Epoch mode: ``epochs`` passes, each a permutation cut into
-    ceil(size / B) batches (the last one partial).
-    """
-    b = min(batch_size, size)
-    if epochs:
-        return [perm[i : i + b] for perm in (rng.permutation(size) for _ in range(epochs)) for i in range(0, size, b)]
-    per_pass = size // b
-    perms = [rng.permutation(size) for _ in range(-(-steps // per_pass))]
-    return [perms[i // per_pass][(i % per_pass) * b : (i % per_pass + 1) * b] for i in range(steps)]
-
-
 def round_plan(
     pooled: Pooled, ids: np.ndarray, steps: int, epochs: int, batch_size: int, seed: int, round_idx: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pooled indices [S, n, B], sample mask [S, n, B] and step activity [S, n] for clients ``ids``."""
-    plans = [
-        client_batches(int(pooled.sizes[k]), steps, epochs, batch_size,
-                       stream(seed, TRAIN, round_idx, int(k)))
-        for k in ids
-    ]
-    num_steps = max(len(p) for p in plans)
-    width = min(batch_size, int(pooled.sizes[ids].max()))
-    index = np.zeros((num_steps, len(ids), width), dtype=np.int64)
-    mask = np.zeros((num_steps, len(ids), width), dtype=np.float32)
-    for j, (k, plan) in enumerate(zip(ids, plans, strict=True)):
-        index[:, j, :] = pooled.offsets[k]  # padded slots point at a real sample of the client
-        for s, pos in enumerate(plan):
-            index[s, j, : len(pos)] += pos
-            mask[s, j, : len(pos)] = 1.0
+    """Pooled indices [S, n, B], sample mask [S, n, B] and step activity [S, n] for clients ``ids``.
+
+    Each client's minibatches come from permutations of its own split, drawn from the uniforms keyed by (seed,
+    round, client) (``streams.keyed_uniforms``: a client's plan never depends on the others in the call, so
+    the sequential and batched backends, and a resumed run, see the same minibatches). Step mode (epochs ==
+    0): ``steps`` full batches of b = min(B, size), each from within one permutation (a new permutation once
+    fewer than b samples are left in the current one, as the reference's batch generator), so no batch holds
+    a sample twice. Epoch mode: ``epochs`` passes, each a permutation cut into ceil(size / b) batches (the
+    last one partial). All clients at once, in a few array operations.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    sizes = pooled.sizes[ids].astype(np.int64)
+    b = np.minimum(batch_size, sizes)
+    per_pass = -(-sizes // b) if epochs else sizes // b  # batches one permutation gives
+    passes = np.full(len(ids), epochs) if epochs else -(-steps // per_pass)
+    own_steps = epochs * per_pass if epochs else np.full(len(ids), steps)
+    longest, width_all = int(passes.max()), int(sizes.max())
+    # pass p of client j sorts uniforms p * size_j ... (p + 1) * size_j - 1 of its own sequence: nothing depends
+    # on the other clients of the call
+    place = np.arange(longest)[None, :, None] * sizes[:, None, None] + np.arange(width_all)  # [n, P, width]
+    uniforms = keyed_uniforms(seed, TRAIN, round_idx, ids, int((passes * sizes).max()))
+    inside = (np.arange(width_all) < sizes[:, None, None]) & (np.arange(longest)[None, :, None] < passes[:, None, None])
+    picked_u = np.take_along_axis(uniforms, np.where(inside, place, 0).reshape(len(ids), -1), axis=1)
+    perms = np.argsort(np.where(inside, picked_u.reshape(place.shape), np.inf), axis=2, kind="stable")
+    num_steps, width = int(own_steps.max()), min(batch_size, width_all)
+    step = np.arange(num_steps)[:, None]  # [S, 1]
+    within = (step % per_pass)[..., None] * b[None, :, None] + np.arange(width)  # [S, n, W] place in the pass
+    real = (np.arange(width) < b[:, None])[None] & (within < sizes[:, None]) & (step < own_steps)[..., None]
+    pass_of = np.minimum(step // per_pass, longest - 1)[..., None]
+    picked = perms[np.arange(len(ids))[None, :, None], pass_of, np.where(real, within, 0)]
+    index = pooled.offsets[ids][None, :, None] + np.where(real, picked, 0)  # padding: a real sample of the client
+    mask = real.astype(np.float32)
     active = (mask.sum(-1) > 0).astype(np.float32)
     dev = pooled.x.device
     return torch.as_tensor(index, device=dev), torch.as_tensor(mask, device=dev), torch.as_tensor(active, device=dev)

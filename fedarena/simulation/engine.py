@@ -33,13 +33,16 @@ from fedarena.simulation.streams import (
     PRIVACY,
     SERVER_NOISE,
     TAMPER,
+    keyed_seed,
     stream,
     torch_stream,
 )
 
 # The version of the round loop, local training, evaluation and the seed streams: bump it with any change of
-# the numbers a trial gives (identity: ``simulation.identity``).
-ENGINE_VERSION = 1
+# the numbers a trial gives (identity: ``simulation.identity``). 2: clients drawn and minibatches planned from
+# SplitMix64 keyed uniforms (``streams.keyed_uniforms``; successive size-proportional draws by exponential
+# keys), the rules' round seed from the same mixer, and the fused SGD step of plain MLPs (``models.dense``).
+ENGINE_VERSION = 2
 
 
 @dataclass
@@ -90,7 +93,7 @@ def round_draw(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict | N
     the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state and its root update."""
     position = torch.as_tensor(np.argsort(drawn, kind="stable"), device=trial.device)
     ids = torch.as_tensor(np.sort(drawn), device=trial.device)
-    return RoundDraw(position, int(stream(trial.cfg.seed, AGGREGATE, round_idx).integers(2**62)), ids, server, root)
+    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root)
 
 
 def root_update(trial: Trial, w: torch.Tensor, round_idx: int) -> torch.Tensor | None:
@@ -152,10 +155,11 @@ def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong, sizes,
                       _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None, train)
     keys = _dropout_keys(trial, round_idx, index.shape[0])
+    every = gather(pool, index, mask, active)  # all steps' minibatches in one gather
     local = init(w, clients, ids)
     for s in range(index.shape[0]):
         step_ctx = ctx if keys is None else replace(ctx, backend=ctx.backend.keyed(keys[s]))
-        local = step(local, gather(pool, index[s], mask[s], active[s]), step_ctx)
+        local = step(local, every.step(s), step_ctx)
     return local, ids
 
 
@@ -209,8 +213,9 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
     info = ServerInfo(trial.weights[ids], losses, rows, trial.cfg.lr, t)
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
-    aggregate = trial.aggregate and trial.aggregate.for_round(
-        round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
+    aggregate = trial.aggregate
+    if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
+        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
     stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
     if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
         stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))

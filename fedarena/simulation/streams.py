@@ -12,16 +12,61 @@ import torch
 
 PARTITION = 1  # the dataset partition (keyed by data_seed)
 INIT = 2  # model initialisation
-SAMPLING = 3  # clients selected each round
+SAMPLING = 3  # clients selected each round: ``keyed_uniforms`` per client (engine version 2; a numpy generator before)
 ATTACK = 4  # the malicious set and one-time data poisoning
 TAMPER = 5  # model attacks' noise, per round
 CORRUPT = 6  # persistent outliers, per round
-AGGREGATE = 7  # the server rule's own random draws (DnC's coordinates), per round
-TRAIN = 11  # minibatch plans, per (round, client)
+AGGREGATE = 7  # the server rule's own random draws (DnC's coordinates), per round: ``keyed_seed`` (engine v2)
+TRAIN = 11  # minibatch plans, per (round, client): ``keyed_uniforms`` (engine version 2; a numpy generator before)
 DROPOUT = 12  # seeded dropout: one key per (round, step) of training (models.dropout)
 DROPOUT_EVAL = 13  # seeded dropout at evaluation (models that drop there too), per evaluated round
 PRIVACY = 14  # differential privacy's noise, per (round, one of the three below)
 SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output, local DP's, adaptive clipping's count
+
+
+# SplitMix64 (Steele, Lea and Flood, OOPSLA 2014; Java's SplittableRandom): a counter-based generator, so the
+# uniforms of many keys come from one vectorised pass instead of one seeded generator object per key
+GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 values (arithmetic modulo 2^64)."""
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+_MASK, _GAMMA = 2**64 - 1, 0x9E3779B97F4A7C15
+
+
+def _mix64_int(z: int) -> int:
+    """``_mix64`` of one integer."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def keyed_bits(seed: int, tag: int, round_idx: int, keys: np.ndarray, count: int) -> np.ndarray:
+    """[len(keys), count] uint64 words: row j is the SplitMix64 sequence of the key (seed, tag, round, keys[j]),
+    so a row depends on its own key alone (not on which other keys are drawn with it)."""
+    state = 0
+    for part in (seed, tag, round_idx):  # Python integers: numpy scalars cost microseconds an operation
+        state = _mix64_int((state + (part + 1) * _GAMMA) & _MASK)
+    with np.errstate(over="ignore"):
+        rows = _mix64(np.uint64(state) + (np.asarray(keys, dtype=np.uint64) + np.uint64(1)) * GOLDEN_GAMMA)
+        counters = (np.arange(1, count + 1, dtype=np.uint64) * GOLDEN_GAMMA)[None, :]
+        return _mix64(rows[:, None] + counters)
+
+
+def keyed_uniforms(seed: int, tag: int, round_idx: int, keys: np.ndarray, count: int) -> np.ndarray:
+    """``keyed_bits`` as uniforms in [0, 1) (their top 53 bits)."""
+    return (keyed_bits(seed, tag, round_idx, keys, count) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def keyed_seed(seed: int, tag: int, round_idx: int) -> int:
+    """One integer in [0, 2^62) keyed by (seed, tag, round): a rule's seed for the round."""
+    return int(keyed_bits(seed, tag, round_idx, np.zeros(1), 1)[0, 0] >> np.uint64(2))
 
 
 def stream(seed: int, tag: int, *more: int) -> np.random.Generator:

@@ -46,6 +46,11 @@ class Aggregator:
     def needs_root(self) -> bool:
         return self.entry.needs_root
 
+    @property
+    def needs_round(self) -> bool:
+        """Whether the rule reads the round's draw (``for_round``); the others need none built."""
+        return self.entry.needs_round
+
     def for_round(self, draw: RoundDraw) -> Aggregator:
         """This aggregator for one round (rules that read ``round`` see its draw order and seed stream)."""
         return replace(self, round=draw)
