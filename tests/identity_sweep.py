@@ -77,6 +77,8 @@ def aggregator_configs() -> list[tuple[str, dict]]:
     for pre in PRE_AGGREGATORS.names():
         out.append(config(f"pre-aggregator {pre}", aggregator={"name": "median", "pre": [pre]},
                           attack={"name": "a2", "level": 0.2}))
+    out.append(config("buckets of 3 before median", aggregator={"name": "median", "pre": [{"name": "bucketing", "s": 3}]},
+                      attack={"name": "mimic", "level": 0.2}, clients_per_round=10))
     out.append(config("krum at 80% in reference mode", aggregator={"name": "krum", "reference_mode": True},
                       attack={"name": "a1", "level": 0.8}, clients_per_round=10))
     out.append(config("multi_krum at 80% in reference mode",

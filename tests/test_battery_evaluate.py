@@ -31,12 +31,12 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     (median,) = fedarena.evaluate("median", out=tmp_path / "median", printer=Printer(lines.append), **options)
     again_lines = []
     (again,) = fedarena.evaluate("median", printer=Printer(again_lines.append), **options)
-    # Assert: 42 battery trials ran once; the second call trained nothing and gives the same card
-    assert any("42 trials; 0 already finished" in line for line in lines), lines
-    assert any("42 trials; 42 already finished" in line for line in again_lines), again_lines
+    # Assert: 44 battery trials ran once; the second call trained nothing and gives the same card
+    assert any("44 trials; 0 already finished" in line for line in lines), lines
+    assert any("44 trials; 44 already finished" in line for line in again_lines), again_lines
     assert again.to_json() == median.to_json()
     card = json.loads((tmp_path / "median" / "card.json").read_text())
-    assert card["component"] == "aggregator.median" and card["battery_version"] == 1 and card["scale"] == "smoke"
+    assert card["component"] == "aggregator.median" and card["battery_version"] == 2 and card["scale"] == "smoke"
     assert 0 < card["clean_acc"] <= 1 and set(card["worst"]) == {"0.1", "0.2", "0.5", "0.8"}
     assert all("acc" in card["worst"][level] and card["worst"][level]["attack"] for level in card["worst"])
     assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",

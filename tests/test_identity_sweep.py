@@ -10,6 +10,7 @@ from identity_sweep import GOLDEN, compute, differences, fingerprint, sweep_conf
 from fedarena.config import ExperimentConfig
 from fedarena.methods.aggregators import krum as krum_module
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
+from fedarena.methods.aggregators.builder import pre_names
 from fedarena.sections import KINDS
 from fedarena.simulation.identity import trial_identity
 
@@ -46,7 +47,7 @@ def test_the_sweep_covers_every_registered_component(vehicle_dir):
     for kind in ("method", "aggregator"):
         assert {(kind, name) for name in KINDS[kind].registry.names()} <= used
     assert {("attack", name) for name in KINDS["attack"].registry.names() if name != "none"} <= used
-    pres = {p for data in configs for p in data.get("aggregator", {}).get("pre", [])}
+    pres = {name for data in configs for name in pre_names(data.get("aggregator", {}))}
     assert pres == set(PRE_AGGREGATORS.names())
     backends = {(data["method"]["name"], data.get("backend")) for data in configs if "method" in data}
     assert all((name, b) in backends for name in KINDS["method"].registry.names() for b in ("sequential", "batched"))

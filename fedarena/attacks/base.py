@@ -12,7 +12,7 @@ Level 0 means no malicious client; for FedTilt's persistent outliers with ``scop
 paper's setting (outliers in every participating client, see ``outliers.py``).
 Attacks live in ``label_flip.py`` (a1), ``poisoned_updates.py`` (a2, a3, sign_flip, alie, ipm), ``optimized.py`` (min_max,
 min_sum, fang), ``tailored.py`` (tailored_krum, tailored_bulyan, tailored_median), ``adaptive.py``
-(adaptive), ``backdoor.py`` (badnets, dba, model_replacement, neurotoxin, targeted_flip: targeted, with a
+(adaptive), ``mimic.py`` (mimic), ``backdoor.py`` (badnets, dba, model_replacement, neurotoxin, targeted_flip: targeted, with a
 ``Backdoor`` whose success rate the engine measures) and ``outliers.py``.
 """
 
@@ -111,6 +111,7 @@ class Effect:
     corrupt: Corrupt | None = None
     needs_benign: bool = False  # the tamper reads the round's benign updates: a round must hold one
     needs_rule: bool = False  # the tamper calls the round's server rule (``rule`` keyword)
+    needs_ids: bool = False  # the tamper reads each row's client id (``ids`` keyword, [n]; Mimic)
     backdoor: Backdoor | None = None  # a targeted attack: what its success rate is measured on
     stop_round: int | None = None  # from this round on, malicious devices behave honestly
 

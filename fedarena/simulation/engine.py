@@ -257,7 +257,10 @@ def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int
     if effect.tamper is None or not effect.active(round_idx) or not bool(bad.any()):
         return updates
     gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
-    return effect.tamper(updates, bad, gen, rule=rule) if effect.needs_rule else effect.tamper(updates, bad, gen)
+    extra = {"rule": rule} if effect.needs_rule else {}
+    if effect.needs_ids:
+        extra["ids"] = torch.as_tensor(ids)
+    return effect.tamper(updates, bad, gen, **extra)
 
 
 def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tensor:

@@ -29,7 +29,7 @@ from fedarena.attacks.base import malicious_count
 from fedarena.config import SECTIONS, ExperimentConfig, ResolvedConfig, flatten
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import PRE_AGGREGATORS
-from fedarena.methods.aggregators.builder import expected_malicious
+from fedarena.methods.aggregators.builder import expected_malicious, pre_names
 from fedarena.params import TrialFacts, hyperparameters
 from fedarena.sections import KINDS, resolve_config
 from fedarena.simulation.engine import ENGINE_VERSION
@@ -138,7 +138,7 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
             continue
         name = getattr(cfg, section)["name"]
         versions[f"{section}/{name}"] = kind.registry.version(name)
-    for pre in cfg.aggregator.get("pre") or ():
+    for pre in pre_names(cfg.aggregator):
         versions[f"pre_aggregator/{pre}"] = PRE_AGGREGATORS.version(pre)
     partition = cfg.dataset.get(PARTITION_KEY)
     if isinstance(partition, str):

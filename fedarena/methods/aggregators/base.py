@@ -19,6 +19,7 @@ where the entry says ``needs_root``).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -52,6 +53,9 @@ class AggregatorEntry:
     # whether the rule needs only the sum of the updates, which secure aggregation reveals (the mean), rather than
     # each update (Krum, the median); a callable of the rule's hyperparameters where they decide it
     sum_only: bool | Callable[..., bool] = False
+    # whether the rule keeps state per client across rounds (FoolsGold's history, keyed by ``round.ids``): it
+    # cannot follow a pre-aggregator that merges clients' rows (bucketing)
+    per_client: bool = False
 
     def needs_each_update(self, **params) -> bool:
         """Whether the rule reads the individual updates with these hyperparameters (secure aggregation hides
@@ -96,12 +100,53 @@ class RoundDraw:
 
 
 AGGREGATORS: Registry[AggregatorEntry] = Registry("aggregator")
-PRE_AGGREGATORS: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("pre-aggregator")
+PRE_ARGUMENTS = ("f", "round")  # what a pre-aggregator may read besides its options
 
 
-def pre_aggregator(name: str, *, version: int = 1):
-    """Register ``fn(updates [n, d]) -> [n, d]`` as pre-aggregator ``name`` (``aggregator: {pre: [name]}``)."""
-    return PRE_AGGREGATORS.register(name, version=version)
+@dataclass(frozen=True)
+class PreAggregatorEntry:
+    """A registered pre-aggregator: ``fn(updates [n, d], *, [f], [round], **options) -> [m, d]``, given the
+    trial's f and the round's ``RoundDraw`` where it declares them; ``check(n, f, **options)`` raises ConfigError
+    where it is undefined; one that merges rows (m < n, bucketing) says how many it leaves (``rows(n,
+    **options)``) and which input rows make each output row (``members(n, round, **options)``)."""
+
+    fn: Callable[..., torch.Tensor]
+    check: Callable[..., None] | None = None
+    rows: Callable[..., int] | None = None
+    members: Callable[..., list[torch.Tensor]] | None = None
+
+    def __call__(self, updates: torch.Tensor, *, f: int = 0, round: RoundDraw | None = None,
+                 **options) -> torch.Tensor:
+        reads = inspect.signature(self.fn).parameters
+        given = {"f": f, "round": round}
+        return self.fn(updates, **{k: v for k, v in given.items() if k in reads}, **options)
+
+    @property
+    def reads_round(self) -> bool:
+        return "round" in inspect.signature(self.fn).parameters
+
+    @property
+    def merges_rows(self) -> bool:
+        return self.members is not None
+
+    def output_rows(self, n: int, **options) -> int:
+        return n if self.rows is None else self.rows(n, **options)
+
+
+PRE_AGGREGATORS: Registry[PreAggregatorEntry] = Registry("pre-aggregator")
+
+
+def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | None = None,
+                   rows: Callable[..., int] | None = None, members: Callable[..., list[torch.Tensor]] | None = None):
+    """Register ``fn(updates [n, d], *, [f], [round], **options) -> [m, d]`` as pre-aggregator ``name``
+    (``aggregator: {pre: [name, {name: other, option: value}]}``): its options are its other keyword-only
+    parameters, with their defaults; see ``PreAggregatorEntry``."""
+
+    def decorator(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        PRE_AGGREGATORS.add(name, PreAggregatorEntry(fn, check, rows, members), version=version)
+        return fn
+
+    return decorator
 
 # Coordinate-wise rules process at most this many elements at once (bounds sort/topk memory at d ~ 1e6+).
 CHUNK_ELEMENTS = 1 << 22
@@ -118,7 +163,8 @@ def check_common(n: int, f: int, **params) -> None:
 def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False,
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
-               sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False):
+               sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
+               per_client: bool = False):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
     (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
@@ -127,7 +173,8 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
-                                              uses_weights, needs_round, needs_root, selects, sensitivity, sum_only),
+                                              uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
+                                              per_client),
                         version=version, effective=effective)
         return fn
 

@@ -1,22 +1,31 @@
 """Build an aggregator from its config section and check it can run before training starts.
 
 A section looks like ``{"name": "krum", "pre": ["clip"], "f": None, **hyperparameters}``: ``name`` picks
-the rule, ``pre`` lists pre-aggregators applied in order to the stacked updates (``clip``: norm clipping to
-the round's median norm), ``f`` (if not None) overrides the engine's expected number of malicious clients;
-every other key must be a keyword-only hyperparameter of the rule.
+the rule, ``pre`` lists pre-aggregators applied in order to the stacked updates, each a name or ``{name: ...,
+**options}`` (``clip``: norm clipping to the round's median norm; ``nnm``, ``bucketing`` with its bucket size
+``s``, ``arc``: ``mixing.py``), ``f`` (if not None) overrides the engine's expected number of malicious
+clients, which the rule and the pre-aggregators that read f get; every other key must be a keyword-only
+hyperparameter of the rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry, RoundDraw
-from fedarena.params import SectionKind
+from fedarena.methods.aggregators.base import (
+    AGGREGATORS,
+    PRE_AGGREGATORS,
+    PRE_ARGUMENTS,
+    AggregatorEntry,
+    PreAggregatorEntry,
+    RoundDraw,
+)
+from fedarena.params import SectionKind, hyperparameters
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
 RULE_ARGUMENTS = ("weights", "losses", "f", "round")
@@ -31,8 +40,9 @@ class Aggregator:
     f: int
     params: dict[str, Any] = field(default_factory=dict)
     pre: tuple[str, ...] = ()
-    pre_fns: tuple[Callable[[torch.Tensor], torch.Tensor], ...] = ()
+    pre_fns: tuple[PreAggregatorEntry, ...] = ()
     round: RoundDraw | None = None  # set by ``for_round`` (the engine, every round)
+    pre_options: tuple[dict[str, Any], ...] = ()  # each pre-aggregator's options (``pre`` order)
 
     @property
     def needs_losses(self) -> bool:
@@ -48,8 +58,9 @@ class Aggregator:
 
     @property
     def needs_round(self) -> bool:
-        """Whether the rule reads the round's draw (``for_round``); the others need none built."""
-        return self.entry.needs_round
+        """Whether the rule or a pre-aggregator reads the round's draw (``for_round``); the others need none
+        built."""
+        return self.entry.needs_round or any(entry.reads_round for entry in self.pre_fns)
 
     def for_round(self, draw: RoundDraw) -> Aggregator:
         """This aggregator for one round (rules that read ``round`` see its draw order and seed stream)."""
@@ -63,15 +74,38 @@ class Aggregator:
         clients (TERM, q-FFL, AFL, FedTilt); see ``with_client_weights``."""
         if client_weights is not None:
             updates, weights = self.with_client_weights(updates, weights, client_weights)
+        merged = self.merged_rows(updates.shape[0])
         updates = self.pre_aggregated(updates)
-        extra = {"round": self.round} if self.entry.needs_round else {}
+        draw = self.round
+        if merged is not None:  # the rule sees one row per group: their summed weights, in group order
+            weights = torch.stack([torch.as_tensor(weights)[rows].sum() for rows in merged])
+            draw = self._draw_of_groups(len(merged))
+        extra = {"round": draw} if self.entry.needs_round else {}
         return self.entry.rule(updates, weights=weights, losses=losses, f=self.f, **extra, **self.params)
 
     def pre_aggregated(self, updates: torch.Tensor) -> torch.Tensor:
         """The updates after the pre-aggregators, in order (what the rule itself sees)."""
-        for pre_aggregate in self.pre_fns:
-            updates = pre_aggregate(updates)
+        for pre_aggregate, options in zip(self.pre_fns, self._options(), strict=True):
+            updates = pre_aggregate(updates, f=self.f, round=self.round, **options)
         return updates
+
+    def merged_rows(self, n: int) -> list[torch.Tensor] | None:
+        """For pre-aggregators that merge rows (bucketing): the input rows behind each row the rule sees; None
+        where every row stays its own."""
+        groups = None
+        for entry, options in zip(self.pre_fns, self._options(), strict=True):
+            if entry.merges_rows:
+                step = entry.members(n if groups is None else len(groups), self.round, **options)
+                groups = step if groups is None else [torch.cat([groups[i] for i in rows.tolist()]) for rows in step]
+        return groups
+
+    def _options(self) -> tuple[dict[str, Any], ...]:
+        return self.pre_options or tuple({} for _ in self.pre_fns)
+
+    def _draw_of_groups(self, count: int) -> RoundDraw | None:
+        if self.round is None:
+            return None
+        return replace(self.round, order=torch.arange(count), ids=None)
 
     @property
     def selects(self) -> bool:
@@ -83,8 +117,12 @@ class Aggregator:
         round's draw, as the rule itself would (what an attack tailored to it checks)."""
         if self.entry.selects is None:
             raise ConfigError(f"aggregator {self.name!r} keeps no subset of the rows; it has no selection to check")
-        extra = {"round": self.round} if self.entry.needs_round else {}
+        merged = self.merged_rows(updates.shape[0])
+        draw = self.round if merged is None else self._draw_of_groups(len(merged))
+        extra = {"round": draw} if self.entry.needs_round else {}
         rows = self.entry.selects(self.pre_aggregated(updates), f=self.f, **extra, **self.params)
+        if merged is not None:  # a kept group keeps every client in it
+            rows = torch.cat([merged[i] for i in rows.tolist()]) if rows.numel() else rows
         mask = torch.zeros(updates.shape[0], dtype=torch.bool, device=updates.device)
         mask[rows.to(updates.device)] = True
         return mask
@@ -103,13 +141,45 @@ class Aggregator:
         return updates * p.sum().to(updates.dtype), weights * p.to(weights.dtype)
 
 
-def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
+def pre_specs(section: Mapping[str, Any]) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The section's pre-aggregators as (name, options with defaults); names and options checked."""
     pre = section.get("pre") or ()
-    if not isinstance(pre, (list, tuple)) or not all(isinstance(p, str) for p in pre):
-        raise ConfigError(
-            f"aggregator 'pre' must be a list of names ({', '.join(PRE_AGGREGATORS.names())}), got {pre!r}"
-        )
-    return tuple(pre)
+    allowed = ", ".join(PRE_AGGREGATORS.names())
+    if not isinstance(pre, (list, tuple)):
+        raise ConfigError(f"aggregator 'pre' must be a list of pre-aggregators ({allowed}), each a name or "
+                          f"{{name: ..., option: value}}; got {pre!r}")
+    return tuple(_pre_spec(item, allowed) for item in pre)
+
+
+def _pre_spec(item: Any, allowed: str) -> tuple[str, dict[str, Any]]:
+    if isinstance(item, str):
+        name, given = item, {}
+    elif isinstance(item, Mapping) and isinstance(item.get("name"), str):
+        name, given = item["name"], {k: v for k, v in item.items() if k != "name"}
+    else:
+        raise ConfigError(f"each aggregator 'pre' entry needs a name ({allowed}): a name or {{name: ..., option: "
+                          f"value}}; got {item!r}")
+    defaults = hyperparameters(PRE_AGGREGATORS.get(name).fn, PRE_ARGUMENTS)
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        what = f"allowed: {', '.join(sorted(defaults))}" if defaults else "it takes no option"
+        raise ConfigError(f"pre-aggregator {name!r} has no option {', '.join(map(repr, unknown))} ({what})")
+    return name, {**defaults, **given}
+
+
+def pre_canonical(section: Mapping[str, Any]) -> list[Any]:
+    """The resolved ``pre`` list: a pre-aggregator at its default options as its name, else ``{name, **the
+    options that differ}`` (so that spelling a default out changes no identity)."""
+    out: list[Any] = []
+    for name, options in pre_specs(section):
+        defaults = hyperparameters(PRE_AGGREGATORS.get(name).fn, PRE_ARGUMENTS)
+        changed = {k: v for k, v in options.items() if v != defaults[k]}
+        out.append({"name": name, **changed} if changed else name)
+    return out
+
+
+def pre_names(section: Mapping[str, Any]) -> tuple[str, ...]:
+    return tuple(name for name, _ in pre_specs(section))
 
 
 def resolve_f(section: Mapping[str, Any], f: int) -> int:
@@ -123,7 +193,7 @@ def resolve_f(section: Mapping[str, Any], f: int) -> int:
 
 AGGREGATOR_SECTION = SectionKind(
     "aggregator", AGGREGATORS, signature=lambda entry: entry.rule, structural_keys=("pre", "f"),
-    structure=lambda section: {"pre": list(pre_names(section)), "f": section.get("f")}, exclude=RULE_ARGUMENTS,
+    structure=lambda section: {"pre": pre_canonical(section), "f": section.get("f")}, exclude=RULE_ARGUMENTS,
 )
 
 
@@ -136,10 +206,10 @@ def make_aggregator(section: Mapping[str, Any], *, f: int) -> Aggregator:
 def aggregator_from(resolved: Mapping[str, Any], *, f: int) -> Aggregator:
     """The ``Aggregator`` of a resolved section (``sections.resolve_config``); ``f`` unless it sets one."""
     params = {k: v for k, v in resolved.items() if k not in STRUCTURAL_KEYS}
-    pre = tuple(resolved["pre"])
-    pre_fns = tuple(PRE_AGGREGATORS.get(p) for p in pre)
-    return Aggregator(resolved["name"], AGGREGATORS.get(resolved["name"]), resolve_f(resolved, f), params, pre,
-                      pre_fns)
+    specs = pre_specs(resolved)
+    return Aggregator(resolved["name"], AGGREGATORS.get(resolved["name"]), resolve_f(resolved, f), params,
+                      tuple(name for name, _ in specs), tuple(PRE_AGGREGATORS.get(name) for name, _ in specs),
+                      pre_options=tuple(options for _, options in specs))
 
 
 def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
@@ -149,8 +219,20 @@ def check_aggregator(section: Mapping[str, Any], *, n: int, f: int) -> None:
 
 
 def check_rule(agg: Aggregator, *, n: int) -> None:
-    """``check_aggregator`` for a built ``Aggregator``."""
-    agg.entry.check(n, agg.f, **agg.params)
+    """``check_aggregator`` for a built ``Aggregator``: each pre-aggregator on the rows it gets, then the rule
+    on the rows it sees (after bucketing, the buckets)."""
+    rows = n
+    for name, entry, options in zip(agg.pre, agg.pre_fns, agg._options(), strict=True):
+        if entry.check is not None:
+            entry.check(rows, agg.f, **options)
+        if entry.merges_rows and agg.needs_losses:
+            raise ConfigError(f"aggregator {agg.name!r} reads each client's training loss, which pre-aggregator "
+                              f"{name!r} merges away (it averages clients' rows); drop one of them")
+        if entry.merges_rows and agg.entry.per_client:
+            raise ConfigError(f"aggregator {agg.name!r} keeps per-client state across rounds, which pre-aggregator "
+                              f"{name!r} cannot give it (it averages clients' rows); drop one of them")
+        rows = entry.output_rows(rows, **options)
+    agg.entry.check(rows, agg.f, **agg.params)
 
 
 def expected_malicious(clients_per_round: int, num_corrupted: int, num_clients: int) -> int:

@@ -11,6 +11,7 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
     PRE_AGGREGATORS,
+    PreAggregatorEntry,
     aggregator,
     ball_sensitivity,
     check_common,
@@ -60,7 +61,7 @@ def clip_to_median_norm(updates: torch.Tensor) -> torch.Tensor:
     return updates * median_norm_factors(updates)[:, None]
 
 
-PRE_AGGREGATORS.add("clip", clip_to_median_norm)
+PRE_AGGREGATORS.add("clip", PreAggregatorEntry(clip_to_median_norm))
 
 
 @aggregator("clipping", sensitivity=ball_sensitivity)
