@@ -39,10 +39,11 @@ from fedarena.simulation.identity import trial_identity
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.reading import runs
 from fedarena.tracking.runs import FINISHED, RunStore, run_name, run_params, version_tags
+from fedarena.tuning.search import tune
 
 ADHOC = "adhoc"  # the experiment of tracked single runs unless one is named
 __all__ = ["ADHOC", "BenchSummary", "RunResult", "benchmark", "evaluate", "leaderboard", "load_plugins",
-           "make_config", "run", "runs", "track_run"]
+           "make_config", "run", "runs", "track_run", "tune"]
 
 
 def load_plugins(include: Iterable[str | Path] = ()) -> list[PluginSource]:

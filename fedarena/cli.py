@@ -123,13 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
 def check_store_early(argv: list[str]) -> None:
     """``bench run``'s and ``evaluate``'s tracking store, checked before the subcommands load torch, Ray and MLflow:
     a store file that is not a database, or a read-only folder, is one line in milliseconds."""
-    if argv[:2] != ["bench", "run"] and argv[:1] != ["evaluate"]:
+    if argv[:2] != ["bench", "run"] and argv[:1] not in (["evaluate"], ["tune"]):
         return
     from fedarena.tracking.location import check_local_store, tracking_uri
 
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--tracking-uri")
-    known, _ = early.parse_known_args(argv[2:])
+    known, _ = early.parse_known_args(argv[1:])
     check_local_store(tracking_uri(known.tracking_uri))
 
 

@@ -73,21 +73,25 @@ class Registry(Generic[T]):
         self._entries: dict[str, T] = {}
         self._versions: dict[str, int] = {}
         self._effective: dict[str, dict[str, Callable]] = {}
+        self._search: dict[str, dict] = {}
         self._origins: dict[str, Origin | None] = {}
         Registry.instances.add(self)
 
-    def register(self, name: str, *, version: int = 1, effective: dict[str, Callable] | None = None
-                 ) -> Callable[[T], T]:
+    def register(self, name: str, *, version: int = 1, effective: dict[str, Callable] | None = None,
+                 search: dict | None = None) -> Callable[[T], T]:
         def decorator(obj: T) -> T:
-            self.add(name, obj, version=version, effective=effective)
+            self.add(name, obj, version=version, effective=effective, search=search)
             return obj
 
         return decorator
 
-    def add(self, name: str, obj: T, *, version: int = 1, effective: dict[str, Callable] | None = None) -> None:
+    def add(self, name: str, obj: T, *, version: int = 1, effective: dict[str, Callable] | None = None,
+            search: dict | None = None) -> None:
         """``effective``: for hyperparameters whose null default the entry resolves itself, key -> a function
         of the trial's ``params.TrialFacts`` giving the value null stands for (None where the facts do not
-        tell), so that a trial giving that value explicitly has the same identity."""
+        tell), so that a trial giving that value explicitly has the same identity. ``search``: hyperparameter
+        -> its search domain (``fedarena.search_space``: the ranges its paper explores), what ``fedarena tune``
+        searches."""
         if name in self._entries:
             where = self._origins.get(name)
             raise DuplicateNameError(f"{self.kind} {name!r} is already registered "
@@ -97,6 +101,7 @@ class Registry(Generic[T]):
         self._entries[name] = obj
         self._versions[name] = version
         self._effective[name] = dict(effective or {})
+        self._search[name] = dict(search or {})
         self._origins[name] = _LOADING.get()
 
     def version(self, name: str) -> int | str:
@@ -120,6 +125,11 @@ class Registry(Generic[T]):
         self.get(name)
         return self._effective[name]
 
+    def search(self, name: str) -> dict:
+        """The entry's declared search space (hyperparameter -> domain; empty: none declared)."""
+        self.get(name)
+        return dict(self._search[name])
+
     def get(self, name: str) -> T:
         try:
             return self._entries[name]
@@ -137,6 +147,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(self.unknown_message(name))
         self._versions.pop(name, None)
         self._effective.pop(name, None)
+        self._search.pop(name, None)
         self._origins.pop(name, None)
         return self._entries.pop(name)
 

@@ -226,6 +226,8 @@ BENCH = [
     ((*SMOKE, "--storage", "{T}/syntax.yaml"), ["argument --storage:", "is a file; give a folder"]),
     ((*SMOKE, "--dry-run=1"), ["argument --dry-run: ignored explicit argument '1'"]),
     ((*SMOKE, "--retry-failed=1"), ["argument --retry-failed: ignored explicit argument '1'"]),
+    ((*SMOKE, "--tuned", "{T}/no_such_tuned.yaml"), ["--tuned {T}/no_such_tuned.yaml: no such file"]),
+    ((*SMOKE, "--tuned", "{T}/list.yaml"), ["not a file `fedarena tune` wrote"]),
     ((*SMOKE[:-1], "sqlite:////nonexistent/folder/m.db"), ["the folder /nonexistent/folder does not exist"]),
     ((*SMOKE[:-1], "sqlite:///{T}/not_a_db.db"), ["not_a_db.db is not a usable SQLite database"]),
     ((*SMOKE[:-1], "postgresql+nosuch://u:secret@127.0.0.1/db"),
@@ -293,6 +295,29 @@ EVALUATE = [
      ["is not a usable SQLite database"]),
     (("evaluate", "--aggregator", "median", "--storage", "{T}/syntax.yaml"), ["argument --storage:", "is a file"]),
     (("evaluate", "--aggregator", "median", "--num-cpus", "0"), ["argument --num-cpus: expected an integer >= 1"]),
+    (("evaluate", "--aggregator", "median", "--tuned", "{T}/list.yaml"), ["not a file `fedarena tune` wrote"]),
+]
+TUNE_BASE = ("tune", "smoke", "--scale", "smoke", "--budget", "2", "--out", "{T}/tuned.yaml", "--tracking-uri",
+             "sqlite:///{T}/tune.db")
+TUNE = [
+    (("tune",), ["the following arguments are required: --budget, --out"]),
+    (("tune", "smok", *TUNE_BASE[2:]), ["unknown suite 'smok' (did you mean 'smoke'?)"]),
+    (("tune", "--aggregator", "medain", *TUNE_BASE[2:]), ["unknown aggregator 'medain' (did you mean 'median'?)"]),
+    (("tune", "--method", "dito", *TUNE_BASE[2:]), ["unknown method 'dito' (did you mean 'ditto'?)"]),
+    (("tune", "smoke", "--aggregator", "median", *TUNE_BASE[2:]), ["exactly one of SUITE, --aggregator NAME or"]),
+    ((*TUNE_BASE[:2], "--scale", "huge", *TUNE_BASE[4:]), ["invalid choice: 'huge'"]),
+    ((*TUNE_BASE[:4], "--budget", "0", *TUNE_BASE[6:]), ["--budget is the number of configurations", ">= 1, got 0"]),
+    ((*TUNE_BASE[:6], "--out", "{T}", *TUNE_BASE[8:]), ["--out {T}: a folder; give the frozen choice's file path"]),
+    ((*TUNE_BASE, "--rows", "nosuch"), ["has no row 'nosuch' at scale 'smoke'; its rows:"]),
+    ((*TUNE_BASE, "--searcher", "grid"), ["--searcher 'grid': choose one of random, optuna"]),
+    ((*TUNE_BASE, "--seed", "-1"), ["argument --seed: expected an integer >= 0, got '-1'"]),
+    ((*TUNE_BASE, "--keys", "momentum"), ["--keys: momentum is not a shared key; shared keys: lr, local_steps"]),
+    ((*TUNE_BASE, "--space", "lr=uniform(1, 0.5)"), ["search space of 'lr': the range [1, 0.5] is empty or inverted"]),
+    ((*TUNE_BASE, "--space", "method.nosuch=uniform(0, 1)"), ["method 'global' has no hyperparameter 'nosuch'"]),
+    ((*TUNE_BASE, *INCLUDE), ["plugin {T}/plugin_typo.py: import failed"]),
+    ((*TUNE_BASE[:-1], "sqlite:///{T}/not_a_db.db"), ["is not a usable SQLite database"]),
+    ((*TUNE_BASE, "--storage", "{T}/syntax.yaml"), ["argument --storage:", "is a file"]),
+    ((*TUNE_BASE, "--num-cpus", "0"), ["argument --num-cpus: expected an integer >= 1"]),
 ]
 REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind (message lists every name)
     "dataset": (("data", "info", "nosuch"), ["unknown dataset 'nosuch'; available:"]),
@@ -318,7 +343,7 @@ def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
 
 
 COMMANDS = {words[0] for words, _ in subcommands(cli.build_parser())}
-CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA + EVALUATE
+CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA + EVALUATE + TUNE
 SUBPROCESS = [  # through the installed command, as a user types it
     (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
     (("bench", "run", "{T}/level.yaml"), ["a level is a fraction of the clients in [0, 1)"]),

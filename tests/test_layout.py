@@ -8,18 +8,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "fedarena"
 LAYERS = [  # lowest first; a module may import its own package and anything in a lower layer
-    {"registry", "params", "errors", "plugins"},  # plugins: imports a user's module under its origin
+    {"registry", "params", "errors", "plugins", "search_space"},  # plugins: imports a user's module under its origin
     {"config", "datasets", "models"},
     {"methods", "attacks"},
     {"privacy"},  # differential privacy: wraps a server rule (methods), read by the sections and the engine
     {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
     {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics
-    {"bench", "leaderboards", "report", "perf", "examples", "api", "battery"},  # api: what the commands call
+    {"bench", "leaderboards", "report", "perf", "examples", "api", "battery", "tuning"},  # api: what the commands call
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py",
-            "battery/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+            "battery/commands.py", "tuning/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
 
 
 def module_name(path: Path) -> str:

@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", choices=SCALES, default="quick")
     p.add_argument("--out", type=OUT, help="folder of card.md and card.json (--builtin: one pair per component)")
     p.add_argument("--claim", help="a JSON file of what a paper claims: clean_acc and robust_acc {\"attack@level\": acc}")
+    p.add_argument("--tuned", help="a frozen choice of `fedarena tune --aggregator/--method` at this scale")
     p.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI or sqlite ./mlflow.db)")
     p.add_argument("--storage", type=STORAGE, default="ray_results", help="Ray Tune storage path (checkpoints)")
     p.add_argument("--num-cpus", type=_number(int, 1), help="CPUs of the local Ray instance (default: all)")
@@ -42,5 +43,5 @@ def cmd_evaluate(args) -> int:
         settings[key.strip()] = parse_value(text)
     evaluate(args.aggregator, args.method, builtin=args.builtin, settings=settings, include=args.include,
              scale=args.scale, out=args.out, claim=args.claim, tracking_uri=args.tracking_uri, storage=args.storage,
-             num_cpus=args.num_cpus)
+             num_cpus=args.num_cpus, tuned=args.tuned)
     return 0

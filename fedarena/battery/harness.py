@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -34,19 +35,26 @@ from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import read_runs
+from fedarena.tuning.frozen import read_frozen, with_tuned
 
 
 def evaluate(aggregator: str | None = None, method: str | None = None, *, builtin: bool = False,
              settings: dict | None = None, include: Iterable[str | Path] = (), scale: str = "quick",
              out: str | Path | None = None, claim: str | Path | None = None, tracking_uri: str | None = None,
-             printer: Printer | None = None, emit: Callable[[str], None] = print, **options) -> list[Card]:
+             printer: Printer | None = None, emit: Callable[[str], None] = print, tuned: str | Path | None = None,
+             **options) -> list[Card]:
     """Run the battery against ``aggregator`` or ``method`` (with ``settings``), or every built-in one
-    (``builtin``), at ``scale``; returns their cards (``options``: ``BenchOptions``, e.g. ``storage``)."""
+    (``builtin``), at ``scale``; returns their cards (``options``: ``BenchOptions``, e.g. ``storage``).
+    ``tuned``: a frozen choice of ``fedarena tune --aggregator/--method`` (its rows' values per dataset)."""
     load_checked(include)
     rows = _rows(aggregator, method, builtin, settings)
     claims = read_claim(claim) if claim is not None else None  # bad input before any work
+    if tuned is not None:
+        read_frozen(tuned)
     uri = resolve_uri(tracking_uri)
     battery = battery_suite(rows, scale)
+    if tuned is not None:
+        battery = replace(battery, suite=with_tuned(battery.suite, scale, tuned))
     summary = run_bench(BenchOptions(NAME, scale, tracking_uri=uri, include=tuple(map(str, include)), **options),
                         printer, suite=battery.suite)
     if not summary.ok:
@@ -56,6 +64,8 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
     wanted = [cards[r.label] for r in rows if r.label in cards]
     for card in wanted:
         emit(card_text(card))
+        if tuned is not None:  # the values the card's runs used, from the frozen choice
+            emit(f"Tuned with {Path(tuned).name} ({battery.suite.tags['tuned_budget']} configurations per row).")
         if claims is not None:
             emit(claim_text(card, claims))
     if out is not None:

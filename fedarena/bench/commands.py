@@ -54,6 +54,7 @@ def _add_run_parser(bench_sub) -> None:
                    help="validate, build every trial's plan without training, and show it; run nothing")
     p.add_argument("--retry-failed", action="store_true",
                    help="also run trials that failed before with an error a retry cannot fix (skipped by default)")
+    p.add_argument("--tuned", help="a frozen choice of `fedarena tune` for this suite and scale: its rows' values")
     add_include(p)
     p.set_defaults(func=cmd_bench_run)
 
@@ -104,6 +105,7 @@ def cmd_bench_run(args) -> int:
         seeds=args.seeds, cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         max_concurrent=args.max_concurrent, max_failures=args.max_failures, checkpoint_every=args.checkpoint_every,
         storage=args.storage, num_cpus=args.num_cpus, dry_run=args.dry_run, retry_failed=args.retry_failed,
+        tuned=args.tuned,
     )  # fmt: skip
     code = SIGTERM_EXIT if summary.terminated else 0 if summary.ok else 2 if summary.unbuildable else 1
     if summary.ray_stuck:  # Ray's processes are gone and its exit handlers would wait for them: leave now

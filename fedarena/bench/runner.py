@@ -69,6 +69,7 @@ from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
 from fedarena.tracking.store import check_store, suite_experiment
+from fedarena.tuning.frozen import with_tuned
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "benchmark", "run_bench"]
 
@@ -104,6 +105,7 @@ class BenchOptions:
     # inject faults (tests) or watch progress; it must be picklable (Ray ships it to the workers)
     round_hook: Callable[[str, int, int], None] | None = None
     include: tuple[str, ...] = ()  # plugin files or packages (``fedarena.plugins``; also FEDARENA_INCLUDE, entry points)
+    tuned: str | None = None  # a frozen choice of ``fedarena tune`` (its rows' values; ``tuning.frozen``)
 
 
 @dataclass
@@ -188,6 +190,8 @@ def run_bench(options: BenchOptions, printer: Printer | None = None, suite: Suit
     options = replace(options, tracking_uri=tracking_uri(options.tracking_uri))  # worked out once, here
     load_checked(options.include)  # before the suite: its names may be a plugin's
     suite = suite if suite is not None else load_suite(options.suite)
+    if options.tuned is not None:
+        suite = with_tuned(suite, options.scale, options.tuned)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
     specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
     with env_vars(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):

@@ -74,7 +74,21 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
                      f"the suite's later one.")
     if stale:
         notes.append(f"{stale} stale run(s), computed at other component versions than today's, are left out.")
-    return finished, notes + relabelled
+    return finished, notes + relabelled + tuned_notes(finished)
+
+
+def tuned_notes(runs: pd.DataFrame) -> list[str]:
+    """Say which rows run with values ``fedarena tune`` chose, and with what budget (``tuning.frozen``)."""
+    if "tuned_budget" not in runs or "method_label" not in runs:
+        return []
+    notes = []
+    tuned = runs.dropna(subset=["tuned_budget"])
+    for (budget, rows), part in tuned.groupby(["tuned_budget", "tuned_rows"], sort=True):
+        shown = sorted(set(part["method_label"]) & set(str(rows).split(",")))
+        if shown:
+            notes.append(f"Tuned rows (fedarena tune, {budget} configurations each, chosen on the tuning battery's "
+                         f"worst benign validation accuracy): {', '.join(shown)}; the others run at their defaults.")
+    return notes
 
 
 def relabel_notes(runs: pd.DataFrame) -> list[str]:

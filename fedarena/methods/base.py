@@ -121,13 +121,14 @@ class Method:
 METHODS: Registry[type[Method]] = Registry("method")
 
 
-def method(name: str, *, version: int = 1):
+def method(name: str, *, version: int = 1, search: dict | None = None):
     """Register a ``Method`` class under ``name`` (also its ``name`` attribute, used in messages) with its
-    version (bump it with any change of its numbers)."""
+    version (bump it with any change of its numbers) and the search space of its hyperparameters (``search``,
+    what ``fedarena tune`` explores)."""
 
     def decorator(cls: type[Method]) -> type[Method]:
         cls.name = name
-        METHODS.add(name, cls, version=version)
+        METHODS.add(name, cls, version=version, search=search)
         return cls
 
     return decorator

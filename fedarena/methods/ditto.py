@@ -15,13 +15,14 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, scatter_rows, sgd
 from fedarena.models.batch import Batch
+from fedarena.search_space import log_uniform
 
 DYNAMIC_CANDIDATES = {"strong": (0.05, 0.1, 0.2), "normal": (0.1, 1.0, 2.0)}  # Ditto Appendix D.2
 FEW_VAL_SAMPLES = 4  # devices with fewer validation samples use a fixed lambda
 FEW_VAL_LAMBDA = {"strong": 0.1, "normal": 1.0}
 
 
-@method("ditto")
+@method("ditto", search={"lam": log_uniform(0.01, 2.0)})
 class Ditto(Method):
     """Ditto (see the module docstring). ``lam``: fixed lambda (ignored when ``dynamic_lam``);
     ``dynamic_lam``: Appendix D.2's per-device lambda chosen on validation data, from ``lam_candidates``

@@ -14,11 +14,12 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.base import Aggregate, Method, ServerInfo, method
 from fedarena.methods.tilted_loss import tilted_weights
+from fedarena.search_space import log_uniform
 
 QFFL_EPS = 1e-10  # the q-FFL reference adds it to the losses before taking powers
 
 
-@method("term")
+@method("term", search={"t": log_uniform(0.1, 5.0)})
 class Term(Method):
     """Ditto's "fair" baseline, TERM (Li, Beirami, Sanjabi, Smith, ICLR 2021) at the client level: FedAvg
     local training, and the server averages the updates with weights proportional to exp(t * F_k(w^t)),
@@ -52,7 +53,7 @@ def qffl_weights(losses: torch.Tensor, updates: torch.Tensor, q: float, lr: floa
     return big_l * f**q / h.sum()
 
 
-@method("qffl")
+@method("qffl", search={"q": log_uniform(0.001, 15.0)})
 class QFFL(Method):
     """q-FFL solved with q-FedAvg (Li et al., ICLR 2020): FedAvg local training; the server step weights
     client k by F_k^q (F_k its training loss at the round-start global model) and uses the dynamic step
@@ -82,7 +83,7 @@ def project_simplex(v: torch.Tensor) -> torch.Tensor:
     return (v - theta).clamp_min(0)
 
 
-@method("afl")
+@method("afl", search={"lr_lambda": log_uniform(0.001, 0.1)})
 class AFL(Method):
     """Agnostic FL (Mohri, Sivek, Suresh, ICML 2019): min_w max_{lambda in simplex} sum_k lambda_k F_k(w),
     by stochastic gradient descent-ascent as in the q-FFL authors' baseline (fair_flearn, trainers/afl.py):

@@ -11,9 +11,10 @@ from __future__ import annotations
 from fedarena.errors import ConfigError
 from fedarena.methods.base import Method, StepContext, method, sgd
 from fedarena.models.batch import Batch
+from fedarena.search_space import log_uniform
 
 
-@method("fedprox")
+@method("fedprox", search={"mu": log_uniform(0.001, 1.0)})
 class FedProx(Method):
     """FedProx's local solver: SGD on F_k(w_k) + (mu/2) ||w_k - w^t||^2 (see the module docstring).
     ``mu`` >= 0: weight of the proximal term (FedProx paper tunes it in {0.001, 0.01, 0.1, 1})."""

@@ -17,6 +17,7 @@ from fedarena.methods.fedtilt import repeat_batch
 from fedarena.methods.finetune import FinetunePhase
 from fedarena.methods.paper_or_reference import check_mode, finetune_epochs
 from fedarena.models.batch import Batch
+from fedarena.search_space import uniform
 
 PER_FEDAVG_BATCHES = 3  # the reference's minibatches per meta-step: inner step, outer gradient, Hessian probe
 
@@ -65,7 +66,7 @@ def mix(alpha: torch.Tensor, local: torch.Tensor, shared: torch.Tensor) -> torch
     return alpha[:, None] * local + (1 - alpha[:, None]) * shared
 
 
-@method("apfl")
+@method("apfl", search={"alpha": uniform(0.1, 0.9)})
 class APFL(Method):
     """APFL (Deng, Kamani, Mahdavi 2020), Algorithm 1: each selected device keeps a local model v_k and a
     mixing weight alpha_k; at every step, on one minibatch, the global copy w_k <- w_k - lr grad F_k(w_k)

@@ -35,6 +35,7 @@ from fedarena.report.page import Section, figure_lines, render_page, table_lines
 from fedarena.report.provenance import provenance_tables
 from fedarena.tracking.location import redact
 from fedarena.tracking.reading import read_client_tables
+from fedarena.tuning.curves import tuning_curves, write_tuning_figures
 
 REPRODUCTION = "reproduction"
 
@@ -74,7 +75,7 @@ def ordered_figures(paths: list[Path]) -> list[Path]:
 
 
 def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
-             cards: list[Table] | None = None) -> list[Section]:
+             cards: list[Table] | None = None, tuning: list[Path] | None = None) -> list[Section]:
     boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY)]
     privacy = [t for t in tables if t.name == PRIVACY]  # only a suite with a privacy axis
     view = [t for t in tables if t.name == REPRODUCTION]
@@ -93,6 +94,7 @@ def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFra
         *([Section("privacy", "Privacy", table_lines(privacy))] if privacy else []),
         Section("reproduction", "Reproduction of the papers", table_lines(view) if view else no_view),
         Section("figures", "Figures", figure_lines(ordered_figures(figure_paths)) + no_clients),
+        *([Section("tuning", "Tuning", figure_lines(tuning))] if tuning else []),
         Section("provenance", "Provenance", table_lines(provenance_tables(prepared))),
     ]
 
@@ -119,7 +121,9 @@ def write_report(suite: str, tracking_uri: str, folder: Path, *, ci: bool = True
     cards = [cards_table(report_cards(cells, prepared))] if suite == BATTERY else None  # one card per component
     with tempfile.TemporaryDirectory() as tmp:
         paths, missing = figures(tracking_uri, cells, prepared, Path(tmp))
-        page = render_page(f"fedarena report: {suite}", facts, sections(tables, paths, prepared, missing, cards))
+        tuning = write_tuning_figures(tuning_curves(tracking_uri, suite), Path(tmp))  # best-so-far per tuned row
+        page = render_page(f"fedarena report: {suite}", facts,
+                           sections(tables, paths, prepared, missing, cards, tuning))
     path = folder / f"{file_stem(suite)}.html"
     try:
         path.write_text(page, encoding="utf-8")

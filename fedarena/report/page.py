@@ -29,6 +29,8 @@ CAPTIONS = {
     "curves": "Learning curves: benign test accuracy per evaluation round, mean over seeds.",
     "devices": "Fairness: test accuracy of every benign device (all seeds pooled) per method; box = quartiles, "
                "whiskers = 1.5 IQR, circles = devices beyond them.",
+    "tuning": "Tuning (fedarena tune): per row, the best worst-case benign validation accuracy among the "
+              "configurations drawn so far; every row had the same budget.",
     "privacy": "Privacy vs accuracy: benign test accuracy (solid) and the worst 10% of devices' (dashed) against the "
                "epsilon spent (log scale; ∞: clipped without noise; no DP); dotted: a method that shares nothing.",
 }

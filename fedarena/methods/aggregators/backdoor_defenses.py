@@ -23,6 +23,7 @@ from fedarena.methods.aggregators.base import (
     columnwise,
     vector_median,
 )
+from fedarena.search_space import choice
 
 
 def clip_factors(updates: torch.Tensor, bound: torch.Tensor | float) -> torch.Tensor:
@@ -123,7 +124,7 @@ def check_rlr(n: int, f: int, *, theta: int | None = None) -> None:
         )
 
 
-@aggregator("rlr", check=check_rlr)
+@aggregator("rlr", check=check_rlr, search={"theta": choice(2, 3, 4, 5, 6)})
 def rlr(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     theta: int | None = None,

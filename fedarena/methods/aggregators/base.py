@@ -164,18 +164,19 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
-               per_client: bool = False):
+               per_client: bool = False, search: dict | None = None):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
     (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
     sensitivity to one clipped update (``sensitivity``, central DP) and whether it needs only the updates' sum
-    (``sum_only``, secure aggregation; default: it needs each update)."""
+    (``sum_only``, secure aggregation; default: it needs each update) and the search space of its hyperparameters
+    (``search``, what ``fedarena tune`` explores)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
                                               uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
                                               per_client),
-                        version=version, effective=effective)
+                        version=version, effective=effective, search=search)
         return fn
 
     return decorator

@@ -18,6 +18,7 @@ from fedarena.methods.aggregators.base import (
     column_blocks,
     vector_median,
 )
+from fedarena.search_space import log_uniform
 
 
 def check_flame(n: int, f: int, *, lam: float = 0.001) -> None:
@@ -62,7 +63,7 @@ def majority_cluster(updates: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(kept, dtype=torch.long, device=updates.device)
 
 
-@aggregator("flame", check=check_flame, needs_round=True)
+@aggregator("flame", check=check_flame, needs_round=True, search={"lam": log_uniform(1e-4, 1e-2)})
 def flame(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, lam: float = 0.001,
     round: RoundDraw | None = None,

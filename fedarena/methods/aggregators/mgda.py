@@ -17,6 +17,7 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import aggregator, check_common, check_updates
+from fedarena.search_space import uniform
 
 TINY_NORM = 1e-30
 
@@ -71,7 +72,7 @@ def check_fedmgda(
         )
 
 
-@aggregator("fedmgda_plus", check=check_fedmgda)
+@aggregator("fedmgda_plus", check=check_fedmgda, search={"eps": uniform(0.0, 1.0)})
 def fedmgda_plus(
     updates: torch.Tensor,
     *,

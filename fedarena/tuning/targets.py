@@ -1,0 +1,148 @@
+"""What one tuning search covers: a suite row on one dataset, its search space and its tuning-battery runs.
+
+The tuning battery (``battery.yaml``'s ``tuning``: attacks at one level) replaces the suite's attacks; every row
+runs it on the scale's datasets with the scale's first seed, so every row is scored on the same validation data.
+A row's space: its method's and aggregator's declared domains (``search=`` where they register), less the
+hyperparameters the row sets itself (its label names them, e.g. ``fair_term_t1``), plus the shared keys
+(``space.DEFAULT_SHARED``, the learning rate) and the user's ``--space``. A row's ``select`` is dropped: the
+search covers the values it would choose among. Every check runs here, before Ray.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fedarena.battery.definition import load_battery
+from fedarena.bench.grid import expand
+from fedarena.bench.suite import Entry, Suite
+from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.base import AGGREGATORS
+from fedarena.methods.aggregators.builder import RULE_ARGUMENTS
+from fedarena.methods.base import METHODS
+from fedarena.params import hyperparameters
+from fedarena.search_space import DEFAULT_SHARED, SHARED, Domain
+
+
+class TuneError(ConfigError):
+    """A tuning request that cannot start: a bad budget, space, row or frozen file."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One search: a row on a dataset, its space (dotted key -> domain) and its runs (attack label, config)."""
+
+    row: str
+    dataset: str
+    space: dict[str, Domain]
+    runs: tuple[tuple[str, dict], ...]
+
+    def key(self, **settings: Any) -> str:
+        """The search's identity: everything that decides its trials (their configs carry every version-free
+        value; ``settings``: budget, searcher, seed, battery version)."""
+        text = json.dumps({"row": self.row, "dataset": self.dataset, "runs": self.runs, "settings": settings,
+                           "space": {k: d.text() for k, d in sorted(self.space.items())}}, sort_keys=True,
+                          default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def tuning_battery() -> tuple[float, tuple[Entry, ...], int]:
+    """(level, attack entries, battery version) of the battery's tuning section."""
+    data = load_battery()
+    tuning = data["tuning"]
+    entries = {a["label"]: a for a in data["attacks"]}
+    attacks = tuple(Entry(label, {"attack": dict(entries[label]["attack"])}, f"battery tuning.{label}",
+                          levels=(float(tuning["level"]),)) for label in tuning["attacks"])
+    return float(tuning["level"]), attacks, int(data["version"])
+
+
+def check_budget(budget: Any) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise TuneError(f"--budget is the number of configurations every row gets: a whole number >= 1, got {budget!r}")
+    return budget
+
+
+def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
+               keys: tuple[str, ...] = DEFAULT_SHARED, extra: dict[str, Domain] | None = None
+               ) -> tuple[list[Target], dict[str, str]]:
+    """The searches of ``suite`` at ``scale`` (its ``rows``, default all of the scale's), and the rows left out
+    with why (every tuning attack excluded for them at the level)."""
+    if scale not in suite.scales:
+        raise TuneError(f"{suite.name} has no scale {scale!r}; its scales: {', '.join(suite.scales)}")
+    unknown = sorted(set(keys) - set(SHARED))
+    if unknown:
+        raise TuneError(f"--keys: {', '.join(unknown)} is not a shared key; shared keys: {', '.join(SHARED)}")
+    level, attacks, _ = tuning_battery()
+    chosen = suite.scales[scale]
+    labels = [m.label for m in suite.methods if chosen.methods is None or m.label in chosen.methods]
+    for row in rows or ():
+        if row not in labels:
+            raise TuneError(f"{suite.name} has no row {row!r} at scale {scale!r}; its rows: {', '.join(labels)}")
+    wanted = tuple(rows) if rows else tuple(labels)
+    entries = {m.label: m for m in suite.methods}
+    tuning = replace(suite, methods=tuple(replace(entries[label], select=None) for label in wanted), attacks=attacks,
+                     scales={scale: replace(chosen, methods=None, attacks=None, seeds=chosen.seeds[:1])})
+    specs = expand(tuning, scale)
+    targets, skipped = [], {}
+    for label in wanted:
+        for dataset in chosen.datasets:
+            runs = tuple((s.attack_label, s.config.to_dict()) for s in specs
+                         if s.method_label == label and s.dataset_label == dataset.label)
+            if not runs:
+                skipped[f"{label} {dataset.label}"] = f"every tuning attack is left out at level {level:g}"
+                continue
+            space = row_space(entries[label], runs[0][1], keys, extra or {})
+            targets.append(Target(label, dataset.label, space, runs))
+    return targets, skipped
+
+
+def row_space(entry: Entry, config: dict, keys: tuple[str, ...], extra: dict[str, Domain]) -> dict[str, Domain]:
+    """The row's search space (see the module docstring), every domain and key checked."""
+    space: dict[str, Domain] = {}
+    for section, registry, exclude in (("method", METHODS, ()), ("aggregator", AGGREGATORS, RULE_ARGUMENTS)):
+        name = config[section]["name"]
+        own = entry.patch.get(section, {})
+        allowed = _allowed(registry, name, exclude)
+        for option, domain in registry.search(name).items():
+            if option not in allowed:
+                raise TuneError(f"{section} {name!r} declares a search space over {option!r}, which it does not "
+                                f"take; its hyperparameters: {', '.join(sorted(allowed)) or 'none'}")
+            if option not in own:
+                space[f"{section}.{option}"] = domain
+    for key in keys:
+        if key not in entry.patch:
+            space[key] = SHARED[key]
+    for key, domain in extra.items():
+        check_key(key, config)
+        space[key] = domain
+    for key, domain in space.items():
+        domain.check(key)
+    if not space:
+        raise TuneError(f"row {entry.label!r} has nothing to search: no declared space and no shared key")
+    return space
+
+
+def check_key(key: str, config: dict) -> None:
+    """ConfigError unless ``key`` is a shared key or a hyperparameter of the row's method or aggregator."""
+    if "." not in key:
+        if key not in SHARED:
+            raise TuneError(f"--space {key}: not a searchable key; top-level keys: {', '.join(SHARED)}, or "
+                            f"method.OPTION / aggregator.OPTION")
+        return
+    section, option = key.split(".", 1)
+    registries = {"method": (METHODS, ()), "aggregator": (AGGREGATORS, RULE_ARGUMENTS)}
+    if section not in registries:
+        raise TuneError(f"--space {key}: search a method.OPTION, an aggregator.OPTION or one of {', '.join(SHARED)}")
+    registry, exclude = registries[section]
+    name = config[section]["name"]
+    allowed = _allowed(registry, name, exclude)
+    if option not in allowed:
+        raise TuneError(f"--space {key}: {section} {name!r} has no hyperparameter {option!r}; it has: "
+                        f"{', '.join(sorted(allowed)) or 'none'}")
+
+
+def _allowed(registry, name: str, exclude: tuple[str, ...]) -> set[str]:
+    entry = registry.get(name)
+    return set(hyperparameters(getattr(entry, "rule", entry), exclude))
