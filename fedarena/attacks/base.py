@@ -13,7 +13,8 @@ paper's setting (outliers in every participating client, see ``outliers.py``).
 Attacks live in ``label_flip.py`` (a1), ``poisoned_updates.py`` (a2, a3, sign_flip, alie, ipm), ``optimized.py`` (min_max,
 min_sum, fang), ``tailored.py`` (tailored_krum, tailored_bulyan, tailored_median), ``adaptive.py``
 (adaptive), ``mimic.py`` (mimic), ``backdoor.py`` (badnets, dba, model_replacement, neurotoxin, targeted_flip: targeted, with a
-``Backdoor`` whose success rate the engine measures) and ``outliers.py``.
+``Backdoor`` whose success rate the engine measures), ``a3fl.py`` (a3fl: a trigger that adapts every round,
+``Effect.adapt``), ``edge_case.py`` (edge_case: tail samples, their own ``Backdoor.samples``) and ``outliers.py``.
 """
 
 from __future__ import annotations
@@ -92,9 +93,19 @@ class Backdoor:
     target: int
     stamp: Callable[[torch.Tensor], torch.Tensor] | None
     source: int | None = None
+    # a trigger that changes (A3FL): restamp(x, attack state) stamps the eligible test samples at every evaluation
+    # with the attack's current trigger (``stamp`` is then None: the test view holds them unstamped)
+    restamp: Callable[[torch.Tensor, dict], torch.Tensor] | None = None
+    # a backdoor without a trigger on the devices' own data (edge-case): the held-out samples [m, ...] whose
+    # prediction as ``target`` is its success, the same for every device
+    samples: torch.Tensor | None = None
 
     def test_view(self, dataset: FederatedDataset) -> FederatedDataset:
-        """The dataset with every device's test split replaced by its triggered, relabelled eligible samples."""
+        """The dataset with every device's test split replaced by its triggered, relabelled eligible samples (or
+        by the backdoor's own ``samples``)."""
+        if self.samples is not None:
+            split = Split(self.samples, torch.full((len(self.samples),), self.target, dtype=torch.long))
+            return replace(dataset, clients=[replace(c, test=split) for c in dataset.clients])
         clients = []
         for client in dataset.clients:
             x, y = client.test
@@ -102,6 +113,18 @@ class Backdoor:
             x = x[keep] if self.stamp is None or not bool(keep.any()) else self.stamp(x[keep])
             clients.append(replace(client, test=Split(x, torch.full_like(y[keep], self.target))))
         return replace(dataset, clients=clients)
+
+
+@dataclass(frozen=True)
+class AttackView:
+    """What an adaptive attack sees of a round: the global model (``w``, flat, no gradient), the model to run it
+    with, the round's malicious devices' own training samples (clean), the round, and the device."""
+
+    w: torch.Tensor
+    model: object  # models.functional.FlatModel
+    x: torch.Tensor
+    y: torch.Tensor
+    round: int
 
 
 @dataclass(frozen=True)
@@ -114,6 +137,10 @@ class Effect:
     needs_ids: bool = False  # the tamper reads each row's client id (``ids`` keyword, [n]; Mimic)
     backdoor: Backdoor | None = None  # a targeted attack: what its success rate is measured on
     stop_round: int | None = None  # from this round on, malicious devices behave honestly
+    # an attack that adapts every round (A3FL's trigger): adapt(state, view: AttackView, generator) -> the new
+    # state (a dict of tensors the engine keeps in ``SimState.attack``, checkpointed), called before local
+    # training in every round holding a malicious device; its ``corrupt`` then gets the keyword ``state``
+    adapt: Callable[..., dict] | None = None
 
     def active(self, round_idx: int) -> bool:
         return self.stop_round is None or round_idx < self.stop_round

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import torch
 
-from fedarena.attacks.base import RoundRule
+from fedarena.attacks.base import AttackView, RoundRule
 from fedarena.methods.aggregators import RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
@@ -24,6 +25,7 @@ from fedarena.simulation.metrics import Counts, compute_metrics
 from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial
 from fedarena.simulation.streams import (
+    ADAPT,
     AGGREGATE,
     CORRUPT,
     COUNT_NOISE,
@@ -53,6 +55,7 @@ class SimState:
     diverged_at: int | None = None
     history: list[dict] = field(default_factory=list)
     server: dict[str, torch.Tensor] = field(default_factory=dict)  # the server rule's state (FoolsGold's history)
+    attack: dict[str, torch.Tensor] = field(default_factory=dict)  # an adaptive attack's state (A3FL's trigger)
 
     @property
     def diverged(self) -> bool:
@@ -61,13 +64,15 @@ class SimState:
     def state_dict(self) -> dict:
         return {"round": self.round, "w": self.w.cpu(), "clients": {k: v.cpu() for k, v in self.clients.items()},
                 "diverged_at": self.diverged_at, "history": list(self.history),
-                "server": {k: v.cpu() for k, v in self.server.items()}}
+                "server": {k: v.cpu() for k, v in self.server.items()},
+                "attack": {k: v.cpu() for k, v in self.attack.items()}}
 
     @classmethod
     def from_state_dict(cls, data: dict, device: torch.device) -> SimState:
         return cls(data["round"], data["w"].to(device), {k: v.to(device) for k, v in data["clients"].items()},
                    data["diverged_at"], list(data["history"]),
-                   {k: v.to(device) for k, v in data.get("server", {}).items()})
+                   {k: v.to(device) for k, v in data.get("server", {}).items()},
+                   {k: v.to(device) for k, v in data.get("attack", {}).items()})
 
 
 def initial_state(trial: Trial) -> SimState:
@@ -116,15 +121,17 @@ def root_update(trial: Trial, w: torch.Tensor, round_idx: int) -> torch.Tensor |
     return local[0] - w
 
 
-def _round_data(trial: Trial, ids: np.ndarray, round_idx: int) -> Pooled:
-    """The training pool for this round: persistent-outlier attacks corrupt the selected clients' rows; after
-    an attack's ``stop_round``, the clean data."""
+def _round_data(trial: Trial, ids: np.ndarray, round_idx: int, attack: dict | None = None) -> Pooled:
+    """The training pool for this round: persistent-outlier attacks corrupt the selected clients' rows (an
+    adaptive attack's with its state ``attack``); after an attack's ``stop_round``, the clean data."""
     effect = trial.threat.effect
     if not effect.active(round_idx):
         return trial.train if trial.clean_train is None else trial.clean_train
     corrupt = effect.corrupt
     if corrupt is None:
         return trial.train
+    if effect.adapt is not None:
+        corrupt = partial(corrupt, state=attack or {})
     return trial.train.with_rows_replaced(ids, corrupt, trial.threat.malicious,
                                           torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
 
@@ -184,7 +191,7 @@ def finalize(trial: Trial, state: SimState) -> SimState:
     minibatches. Minibatches (and persistent outliers) are keyed by round = ``cfg.rounds``."""
     method, cfg = trial.method, trial.cfg
     everyone = np.arange(trial.dataset.num_clients)
-    pool = _round_data(trial, everyone, cfg.rounds)
+    pool = _round_data(trial, everyone, cfg.rounds, state.attack)
     clients = state.clients
     for start in range(0, len(everyone), cfg.clients_per_round):
         for group in trial.backend.groups(everyone[start : start + cfg.clients_per_round]):
@@ -195,7 +202,20 @@ def finalize(trial: Trial, state: SimState) -> SimState:
             clients = method.finalize_result(local, state.w, clients, ids)
     finite = _rows_finite(clients, torch.as_tensor(everyone, device=trial.device))
     diverged_at = state.diverged_at if finite or state.diverged else state.round
-    return SimState(state.round, state.w, clients, diverged_at, state.history, state.server)
+    return SimState(state.round, state.w, clients, diverged_at, state.history, state.server, state.attack)
+
+
+def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> dict:
+    """An adaptive attack's state for this round (``Effect.adapt``), or the state as it is: the attack adapts in
+    rounds that hold a malicious device, before they train, from the global model and their own clean data."""
+    effect = trial.threat.effect
+    bad = ids[trial.threat.malicious[ids]]
+    if effect.adapt is None or not effect.active(round_idx) or len(bad) == 0:
+        return state.attack
+    source = trial.train if trial.clean_train is None else trial.clean_train
+    rows = source.rows(bad)
+    view = AttackView(state.w.detach(), trial.model, source.x[rows], source.y[rows], round_idx)
+    return effect.adapt(dict(state.attack), view, torch_stream(trial.cfg.seed, ADAPT, round_idx, device="cpu"))
 
 
 def run_round(trial: Trial, state: SimState) -> SimState:
@@ -203,7 +223,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     t = state.round
     drawn = draw_clients(trial, t)
     ids = np.sort(drawn)
-    pool = _round_data(trial, ids, t)
+    attack = adapted(trial, state, ids, t)
+    pool = _round_data(trial, ids, t, attack)
     rows = torch.as_tensor(ids, device=trial.device)
     saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
@@ -229,8 +250,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     if not finite:  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history,
-                        state.server)
-    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server)
+                        state.server, attack)  # the attacker's own state is its, whatever the server drops
+    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server, attack)
 
 
 def _privacy_stream(trial: Trial, round_idx: int, draw: int, device=None) -> torch.Generator:
@@ -290,10 +311,18 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
         keys = [int(k) for k in stream(trial.cfg.seed, DROPOUT_EVAL, state.round).integers(2**32, size=2)]
     counts = evaluate(trial.model, params, trial.test, trial.dataset.num_classes, key=keys[0])
     if trial.backdoor_test is not None:  # a targeted attack: its triggered test samples, scored as "target"
-        backdoor = evaluate(trial.model, params, trial.backdoor_test, trial.dataset.num_classes, key=keys[0])
+        backdoor = evaluate(trial.model, params, _triggered(trial, state), trial.dataset.num_classes, key=keys[0])
         counts = replace(counts, backdoor=backdoor)
     val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes, key=keys[1])
     return counts, compute_metrics(counts, trial.threat.malicious, state.diverged, val)
+
+
+def _triggered(trial: Trial, state: SimState) -> Pooled:
+    """The backdoor's test samples, stamped with the attack's current trigger where it changes (A3FL)."""
+    restamp = trial.threat.effect.backdoor.restamp
+    if restamp is None:
+        return trial.backdoor_test
+    return replace(trial.backdoor_test, x=restamp(trial.backdoor_test.x, state.attack))
 
 
 def _no_phase(name: str):

@@ -21,6 +21,7 @@ TRAIN = 11  # minibatch plans, per (round, client): ``keyed_uniforms`` (engine v
 DROPOUT = 12  # seeded dropout: one key per (round, step) of training (models.dropout)
 DROPOUT_EVAL = 13  # seeded dropout at evaluation (models that drop there too), per evaluated round
 PRIVACY = 14  # differential privacy's noise, per (round, one of the three below)
+ADAPT = 15  # an adaptive attack's own draws (A3FL's trigger search), per round
 SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output, local DP's, adaptive clipping's count
 
 
