@@ -29,13 +29,13 @@ from fedarena.battery.definition import (
 )
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
+from fedarena.bench.tuned import read_frozen, with_tuned
 from fedarena.contracts import load_checked
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import read_runs
-from fedarena.tuning.frozen import read_frozen, with_tuned
 
 
 def evaluate(aggregator: str | None = None, method: str | None = None, *, builtin: bool = False,

@@ -62,6 +62,7 @@ from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.suite import Suite
 from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
+from fedarena.bench.tuned import with_tuned
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
 from fedarena.simulation.experiment import code_version
@@ -69,7 +70,6 @@ from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
 from fedarena.tracking.store import check_store, suite_experiment
-from fedarena.tuning.frozen import with_tuned
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "benchmark", "run_bench"]
 
@@ -105,7 +105,7 @@ class BenchOptions:
     # inject faults (tests) or watch progress; it must be picklable (Ray ships it to the workers)
     round_hook: Callable[[str, int, int], None] | None = None
     include: tuple[str, ...] = ()  # plugin files or packages (``fedarena.plugins``; also FEDARENA_INCLUDE, entry points)
-    tuned: str | None = None  # a frozen choice of ``fedarena tune`` (its rows' values; ``tuning.frozen``)
+    tuned: str | None = None  # a frozen choice of ``fedarena tune`` (its rows' values; ``bench.tuned``)
 
 
 @dataclass

@@ -78,7 +78,7 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
 
 
 def tuned_notes(runs: pd.DataFrame) -> list[str]:
-    """Say which rows run with values ``fedarena tune`` chose, and with what budget (``tuning.frozen``)."""
+    """Say which rows run with values ``fedarena tune`` chose, and with what budget (``bench.tuned``)."""
     if "tuned_budget" not in runs or "method_label" not in runs:
         return []
     notes = []

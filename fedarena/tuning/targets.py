@@ -18,16 +18,12 @@ from typing import Any
 from fedarena.battery.definition import load_battery
 from fedarena.bench.grid import expand
 from fedarena.bench.suite import Entry, Suite
-from fedarena.errors import ConfigError
+from fedarena.bench.tuned import TuneError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.aggregators.builder import RULE_ARGUMENTS
 from fedarena.methods.base import METHODS
 from fedarena.params import hyperparameters
 from fedarena.search_space import DEFAULT_SHARED, SHARED, Domain
-
-
-class TuneError(ConfigError):
-    """A tuning request that cannot start: a bad budget, space, row or frozen file."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,12 @@ from typing import Any
 import yaml
 
 from fedarena.bench.suite import Rule, Suite
-from fedarena.tuning.targets import TuneError
+from fedarena.errors import ConfigError
+
+
+class TuneError(ConfigError):
+    """A tuning request or frozen choice that cannot be used: a bad budget, space, row or file."""
+
 
 FORMAT = 1
 TOP_KEYS = ("fedarena_tuned", "suite", "scale", "budget", "searcher", "seed", "battery_version", "objective", "rows",
