@@ -86,6 +86,13 @@ def test_rows_get_their_components_space_less_what_the_row_fixes_plus_the_learni
     assert len({json.dumps(v, sort_keys=True) for v in first.values()}) == 1
 
 
+def test_a_suite_with_a_privacy_axis_is_tuned_without_differential_privacy():
+    targets, _ = targets_of(load_suite("privacy"), "quick", rows=("global",))
+    for target in targets:  # one run per tuning attack, none of them private
+        assert [a for a, _ in target.runs] == ["a1", "a2", "alie", "min_max"]
+        assert {run["privacy"]["name"] for _, run in target.runs} == {"none"}
+
+
 @pytest.mark.parametrize("text, message", [
     ("choice()", "choice\\(\\) is empty"),
     ("uniform(1, 0.5)", "empty or inverted"),

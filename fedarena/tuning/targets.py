@@ -5,7 +5,8 @@ runs it on the scale's datasets with the scale's first seed, so every row is sco
 A row's space: its method's and aggregator's declared domains (``search=`` where they register), less the
 hyperparameters the row sets itself (its label names them, e.g. ``fair_term_t1``), plus the shared keys
 (``space.DEFAULT_SHARED``, the learning rate) and the user's ``--space``. A row's ``select`` is dropped: the
-search covers the values it would choose among. Every check runs here, before Ray.
+search covers the values it would choose among. A suite with a privacy axis is tuned without differential privacy
+(its ``none`` entry, else its first). Every check runs here, before Ray.
 """
 
 from __future__ import annotations
@@ -78,8 +79,11 @@ def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
             raise TuneError(f"{suite.name} has no row {row!r} at scale {scale!r}; its rows: {', '.join(labels)}")
     wanted = tuple(rows) if rows else tuple(labels)
     entries = {m.label: m for m in suite.methods}
+    privacy = _without_dp(suite)  # one privacy setting: the search runs without differential privacy where it can
     tuning = replace(suite, methods=tuple(replace(entries[label], select=None) for label in wanted), attacks=attacks,
-                     scales={scale: replace(chosen, methods=None, attacks=None, seeds=chosen.seeds[:1])})
+                     privacy=(privacy,),
+                     scales={scale: replace(chosen, methods=None, attacks=None, seeds=chosen.seeds[:1],
+                                            privacy=None)})
     specs = expand(tuning, scale)
     targets, skipped = [], {}
     for label in wanted:
@@ -92,6 +96,12 @@ def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
             space = row_space(entries[label], runs[0][1], keys, extra or {})
             targets.append(Target(label, dataset.label, space, runs))
     return targets, skipped
+
+
+def _without_dp(suite: Suite) -> Entry:
+    """The suite's privacy entry without differential privacy (``none``), else its first."""
+    return next((p for p in suite.privacy if p.patch.get("privacy", {}).get("name", "none") == "none"),
+                suite.privacy[0])
 
 
 def row_space(entry: Entry, config: dict, keys: tuple[str, ...], extra: dict[str, Domain]) -> dict[str, Domain]:
