@@ -199,9 +199,13 @@ def _metric_cell(row, metric: str, most: int) -> tuple[str, float, float]:
     if not np.isfinite(value):
         return MISSING, np.nan, np.nan
     ci = getattr(row, f"{metric}_ci", np.nan)
-    text = f"{100 * value:.2f}" + _plus_minus(ci, 100.0, 2, False)
+    if metric in RUN_PROPERTIES:  # a run's property (a certified radius, an epsilon) is no share: printed as it is
+        text = f"{value:.4g}" + (f"±{ci:.2g}" if np.isfinite(ci) else "")
+    else:
+        text = f"{100 * value:.2f}" + _plus_minus(ci, 100.0, 2, False)
     text += (_seed_mark(row.n_seeds, most) if np.isfinite(ci) else "") + ("†" if row.diverged else "")
-    return text, (value if HIGHER_IS_BETTER[metric] else -value), getattr(row, f"{metric}_sd", np.nan)
+    higher = HIGHER_IS_BETTER[metric] if metric in HIGHER_IS_BETTER else RUN_PROPERTIES[metric] is not False
+    return text, (value if higher else -value), getattr(row, f"{metric}_sd", np.nan)
 
 
 def _metric_rows(selected: pd.DataFrame, spec: TableSpec, most: int) -> pd.DataFrame:

@@ -93,12 +93,13 @@ def sample_clients(trial: Trial, round_idx: int) -> np.ndarray:
 
 
 def round_draw(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict | None = None,
-               root: torch.Tensor | None = None) -> RoundDraw:
+               root: torch.Tensor | None = None, model: torch.Tensor | None = None) -> RoundDraw:
     """The server rule's view of the round: each sorted row's position in the draw, the round's seed (from
-    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state and its root update."""
+    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state, its root update and the
+    round's global model."""
     position = torch.as_tensor(np.argsort(drawn, kind="stable"), device=trial.device)
     ids = torch.as_tensor(np.sort(drawn), device=trial.device)
-    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root)
+    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root, model)
 
 
 def root_update(trial: Trial, w: torch.Tensor, round_idx: int) -> torch.Tensor | None:
@@ -236,7 +237,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
-        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, root_update(trial, state.w, t)))
+        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, root_update(trial, state.w, t), state.w))
     stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
     if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
         stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))
@@ -314,7 +315,11 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
         backdoor = evaluate(trial.model, params, _triggered(trial, state), trial.dataset.num_classes, key=keys[0])
         counts = replace(counts, backdoor=backdoor)
     val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes, key=keys[1])
-    return counts, compute_metrics(counts, trial.threat.malicious, state.diverged, val)
+    metrics = compute_metrics(counts, trial.threat.malicious, state.diverged, val)
+    certify = trial.aggregate.entry.certify if trial.aggregate is not None else None
+    if certify is not None:  # a certified defense's guarantee for the evaluated global model (CRFL)
+        metrics.update(certify(trial, state.w, state.round, **trial.aggregate.params))
+    return counts, metrics
 
 
 def _triggered(trial: Trial, state: SimState) -> Pooled:

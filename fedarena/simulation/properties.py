@@ -1,6 +1,7 @@
 """Run properties: numbers that describe the run itself rather than what its evaluation counted, reported beside
 the metrics at every evaluated round and in ``final``: under differential privacy the budget spent (``epsilon``,
-at ``delta``) and the ``noise_multiplier`` used.
+at ``delta``) and the ``noise_multiplier`` used; under a certified defense its guarantee (CRFL's
+``certified_radius``, computed at evaluation by the rule's ``certify``).
 
 A property may be infinite (no noise: no guarantee), and infinity is a value, not a missing number: the result
 file writes it as JSON's ``Infinity`` and the store's reader gives it back as ``inf`` (MLflow keeps it as the
@@ -13,7 +14,8 @@ import math
 
 # name -> higher is better (None: neither): the privacy spent, at which delta, and the noise multiplier the run used
 # (given, or calibrated from a target epsilon)
-RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None}
+RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None,
+                                          "certified_radius": True}  # CRFL's guarantee (aggregators/crfl.py)
 MLFLOW_INFINITY = 1.7976931348623157e308  # what MLflow's SQL store writes for an infinite metric
 
 

@@ -14,7 +14,7 @@ runs it before training), whether it reads the losses or the weights, and whethe
 ``RoundDraw`` of the round (the order the round's clients were drawn in, and the round's own seed stream
 for rules that draw at random, such as DnC's coordinates; the rows' client ids and the server's own state
 across rounds, for FoolsGold's history; the server's root update, for FLTrust, which the engine computes
-where the entry says ``needs_root``).
+where the entry says ``needs_root``), and ``model``, the round's global model (CRFL bounds it).
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ class AggregatorEntry:
     # whether the rule keeps state per client across rounds (FoolsGold's history, keyed by ``round.ids``): it
     # cannot follow a pre-aggregator that merges clients' rows (bucketing)
     per_client: bool = False
+    # certify(trial, w, rounds_done, **hyperparameters) -> run properties of the evaluated global model w (CRFL's
+    # certified radius); None: the rule certifies nothing
+    certify: Callable[..., dict] | None = None
 
     def needs_each_update(self, **params) -> bool:
         """Whether the rule reads the individual updates with these hyperparameters (secure aggregation hides
@@ -83,6 +86,7 @@ class RoundDraw:
     ids: torch.Tensor | None = None
     server: dict | None = None
     root_update: torch.Tensor | None = None
+    model: torch.Tensor | None = None  # the round's global model (a rule that bounds the model itself: CRFL)
 
     @classmethod
     def rows_in_order(cls, n: int) -> RoundDraw:
@@ -164,7 +168,7 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
-               per_client: bool = False, search: dict | None = None):
+               per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
     (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
@@ -175,7 +179,7 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
                                               uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
-                                              per_client),
+                                              per_client, certify),
                         version=version, effective=effective, search=search)
         return fn
 
