@@ -59,10 +59,6 @@ class Domain:
         args = self.values if self.kind == "choice" else (self.low, self.high)
         return f"{self.kind}({', '.join(format(a, 'g') if isinstance(a, float) else str(a) for a in args)})"
 
-    def grid_distance(self, a: float, b: float) -> float:
-        """How far apart two values lie on this domain's scale (log10 units for loguniform)."""
-        return abs(math.log10(a) - math.log10(b)) if self.kind == "loguniform" else abs(a - b)
-
 
 def log_uniform(low: float, high: float) -> Domain:
     return Domain("loguniform", low, high)

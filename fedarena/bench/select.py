@@ -65,7 +65,8 @@ def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
-def _with_setting(patch: dict, key: str, value: Any) -> dict:
+def with_setting(patch: dict, key: str, value: Any) -> dict:
+    """A copy of ``patch`` with ``key`` (``section.option`` or a top-level setting) set to ``value``."""
     out = copy.deepcopy(patch)
     if "." in key:
         section, option = key.split(".")
@@ -84,7 +85,7 @@ def all_variants(entry: Entry) -> tuple[Entry, ...]:
     for values in itertools.product(*(values for _, values in entry.select.over)):
         patch, names, texts = entry.patch, [], []
         for key, value in zip(keys, values, strict=True):
-            patch = _with_setting(patch, key, value)
+            patch = with_setting(patch, key, value)
             names.append(f"{key.split('.')[-1]}{_text(value)}")
             texts.append(f"{key.split('.')[-1]}={_text(value)}")
         variants.append(Entry("_".join([entry.label, *names]), patch, f"{entry.where}.select", select=entry.select,

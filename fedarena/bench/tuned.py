@@ -20,7 +20,6 @@ rows are tuned, with what budget.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from fedarena.bench.select import with_setting
 from fedarena.bench.suite import Rule, Suite
 from fedarena.errors import ConfigError
 
@@ -73,11 +73,7 @@ def values_patch(values: dict[str, Any]) -> dict:
     """A suite patch setting the values (``aggregator.lam`` -> ``{aggregator: {lam: ...}}``)."""
     patch: dict = {}
     for key, value in values.items():
-        if "." in key:
-            section, option = key.split(".", 1)
-            patch.setdefault(section, {})[option] = value
-        else:
-            patch[key] = value
+        patch = with_setting(patch, key, value)
     return patch
 
 
@@ -97,7 +93,7 @@ def with_tuned(suite: Suite, scale: str, path: str | Path) -> Suite:
             if dataset not in datasets:
                 raise TuneError(f"--tuned {path}: dataset {dataset!r} of row {row!r} is not in {suite.name} at "
                                 f"{scale}; its datasets: {', '.join(sorted(datasets))}")
-            rules.append(Rule({"method": (row,), "dataset": (dataset,)}, values_patch(copy.deepcopy(choice["values"])),
+            rules.append(Rule({"method": (row,), "dataset": (dataset,)}, values_patch(choice["values"]),
                               f"tuned {Path(path).name}: {row} {dataset}"))
     methods = tuple(replace(m, select=None) if m.label in data["rows"] else m for m in suite.methods)
     tags = {**suite.tags, "tuned_budget": str(data["budget"]), "tuned_file": digest(path),

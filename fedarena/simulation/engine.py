@@ -210,8 +210,10 @@ def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> d
     """An adaptive attack's state for this round (``Effect.adapt``), or the state as it is: the attack adapts in
     rounds that hold a malicious device, before they train, from the global model and their own clean data."""
     effect = trial.threat.effect
+    if effect.adapt is None or not effect.active(round_idx):  # every other attack: nothing to do, every round
+        return state.attack
     bad = ids[trial.threat.malicious[ids]]
-    if effect.adapt is None or not effect.active(round_idx) or len(bad) == 0:
+    if len(bad) == 0:
         return state.attack
     source = trial.train if trial.clean_train is None else trial.clean_train
     rows = source.rows(bad)

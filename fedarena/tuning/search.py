@@ -79,7 +79,8 @@ def tune(suite: str | Path | None = None, *, scale: str = "quick", budget: int =
     settings = {"budget": budget, "searcher": searcher, "seed": seed, "battery_version": version}
     uri = resolve_uri(tracking_uri)
     keys_of = {id(t): t.key(**settings) for t in targets}
-    stored = {key: _stored(uri, key) for key in keys_of.values()}  # finished searches are not run again
+    store = _tune_experiment(uri)  # one client for every search's lookups and records
+    stored = {key: _stored(store, key) for key in keys_of.values()}  # finished searches are not run again
     outcomes = {}
     session = ray_session(num_cpus) if None in stored.values() else contextlib.nullcontext()
     with session:
@@ -87,7 +88,7 @@ def tune(suite: str | Path | None = None, *, scale: str = "quick", budget: int =
             key = keys_of[id(target)]
             outcome = stored[key] or _search(target, key, budget, searcher, seed, Path(storage))
             if not outcome.reused:
-                _record(uri, chosen.name, scale, target, outcome)
+                _record(store, chosen.name, scale, target, outcome)
             emit(f"{target.row} {target.dataset}: {_values_text(outcome.values)} worst validation accuracy "
                  f"{outcome.objective:.3f} ({outcome.trials} configurations{', from the store' if outcome.reused else ''})")
             outcomes.setdefault(target.row, {})[target.dataset] = {
@@ -184,14 +185,15 @@ def outcome_of(grid, target: Target, key: str) -> Outcome:
     return Outcome(best_values, best, len(results), curve, key, configs=configs)
 
 
-def _client(uri: str):
+def _tune_experiment(uri: str):
+    """(MLflow client, id of the experiment ``tune``) of the store."""
     client = check_store(uri)
     return client, suite_experiment(client, uri, EXPERIMENT)
 
 
-def _stored(uri: str, key: str) -> Outcome | None:
+def _stored(store, key: str) -> Outcome | None:
     """The search's outcome from its ``choice`` run in the store, if it finished before."""
-    client, experiment = _client(uri)
+    client, experiment = store
     found = all_runs(client, experiment, f"tags.tune_key = '{key}' and tags.tune_choice = 'true'")
     if not found:
         return None
@@ -200,9 +202,9 @@ def _stored(uri: str, key: str) -> Outcome | None:
                    int(found[0].data.metrics["trials"]), json.loads(tags["tune_curve"]), key, reused=True)
 
 
-def _record(uri: str, suite: str, scale: str, target: Target, outcome: Outcome) -> None:
+def _record(store, suite: str, scale: str, target: Target, outcome: Outcome) -> None:
     """One run per configuration (not already recorded) and the search's ``choice`` run."""
-    client, experiment = _client(uri)
+    client, experiment = store
     common = {"tune_key": outcome.key, "tune_suite": suite, "tune_scale": scale, "tune_row": target.row,
               "tune_dataset": target.dataset}
     recorded = {r.data.tags.get("tune_trial") for r in all_runs(client, experiment, f"tags.tune_key = '{outcome.key}'")}

@@ -20,11 +20,10 @@ from fedarena.battery.definition import load_battery
 from fedarena.bench.grid import expand
 from fedarena.bench.suite import Entry, Suite
 from fedarena.bench.tuned import TuneError
-from fedarena.methods.aggregators.base import AGGREGATORS
-from fedarena.methods.aggregators.builder import RULE_ARGUMENTS
-from fedarena.methods.base import METHODS
-from fedarena.params import hyperparameters
 from fedarena.search_space import DEFAULT_SHARED, SHARED, Domain
+from fedarena.sections import KINDS
+
+SEARCHED = ("method", "aggregator")  # the sections whose components declare search spaces
 
 
 @dataclass(frozen=True)
@@ -107,11 +106,11 @@ def _without_dp(suite: Suite) -> Entry:
 def row_space(entry: Entry, config: dict, keys: tuple[str, ...], extra: dict[str, Domain]) -> dict[str, Domain]:
     """The row's search space (see the module docstring), every domain and key checked."""
     space: dict[str, Domain] = {}
-    for section, registry, exclude in (("method", METHODS, ()), ("aggregator", AGGREGATORS, RULE_ARGUMENTS)):
+    for section in SEARCHED:
         name = config[section]["name"]
         own = entry.patch.get(section, {})
-        allowed = _allowed(registry, name, exclude)
-        for option, domain in registry.search(name).items():
+        allowed = _allowed(section, name)
+        for option, domain in KINDS[section].registry.search(name).items():
             if option not in allowed:
                 raise TuneError(f"{section} {name!r} declares a search space over {option!r}, which it does not "
                                 f"take; its hyperparameters: {', '.join(sorted(allowed)) or 'none'}")
@@ -138,17 +137,16 @@ def check_key(key: str, config: dict) -> None:
                             f"method.OPTION / aggregator.OPTION")
         return
     section, option = key.split(".", 1)
-    registries = {"method": (METHODS, ()), "aggregator": (AGGREGATORS, RULE_ARGUMENTS)}
-    if section not in registries:
+    if section not in SEARCHED:
         raise TuneError(f"--space {key}: search a method.OPTION, an aggregator.OPTION or one of {', '.join(SHARED)}")
-    registry, exclude = registries[section]
     name = config[section]["name"]
-    allowed = _allowed(registry, name, exclude)
+    allowed = _allowed(section, name)
     if option not in allowed:
         raise TuneError(f"--space {key}: {section} {name!r} has no hyperparameter {option!r}; it has: "
                         f"{', '.join(sorted(allowed)) or 'none'}")
 
 
-def _allowed(registry, name: str, exclude: tuple[str, ...]) -> set[str]:
-    entry = registry.get(name)
-    return set(hyperparameters(getattr(entry, "rule", entry), exclude))
+def _allowed(section: str, name: str) -> set[str]:
+    """The hyperparameters of the section's component ``name`` (its section's keys but the structural ones)."""
+    kind = KINDS[section]
+    return kind.keys(name) - set(kind.structural_keys)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -121,13 +122,17 @@ class PreAggregatorEntry:
 
     def __call__(self, updates: torch.Tensor, *, f: int = 0, round: RoundDraw | None = None,
                  **options) -> torch.Tensor:
-        reads = inspect.signature(self.fn).parameters
         given = {"f": f, "round": round}
-        return self.fn(updates, **{k: v for k, v in given.items() if k in reads}, **options)
+        return self.fn(updates, **{k: v for k, v in given.items() if k in self.reads}, **options)
+
+    @cached_property
+    def reads(self) -> frozenset[str]:
+        """Which of ``PRE_ARGUMENTS`` the function declares (read once: it is called every round)."""
+        return frozenset(PRE_ARGUMENTS) & set(inspect.signature(self.fn).parameters)
 
     @property
     def reads_round(self) -> bool:
-        return "round" in inspect.signature(self.fn).parameters
+        return "round" in self.reads
 
     @property
     def merges_rows(self) -> bool:

@@ -42,7 +42,7 @@ class Aggregator:
     pre: tuple[str, ...] = ()
     pre_fns: tuple[PreAggregatorEntry, ...] = ()
     round: RoundDraw | None = None  # set by ``for_round`` (the engine, every round)
-    pre_options: tuple[dict[str, Any], ...] = ()  # each pre-aggregator's options (``pre`` order)
+    pre_options: tuple[dict[str, Any], ...] = ()  # each pre-aggregator's options, with defaults (``pre`` order)
 
     @property
     def needs_losses(self) -> bool:
@@ -76,16 +76,14 @@ class Aggregator:
             updates, weights = self.with_client_weights(updates, weights, client_weights)
         merged = self.merged_rows(updates.shape[0])
         updates = self.pre_aggregated(updates)
-        draw = self.round
         if merged is not None:  # the rule sees one row per group: their summed weights, in group order
             weights = torch.stack([torch.as_tensor(weights)[rows].sum() for rows in merged])
-            draw = self._draw_of_groups(len(merged))
-        extra = {"round": draw} if self.entry.needs_round else {}
-        return self.entry.rule(updates, weights=weights, losses=losses, f=self.f, **extra, **self.params)
+        return self.entry.rule(updates, weights=weights, losses=losses, f=self.f, **self._rule_round(merged),
+                               **self.params)
 
     def pre_aggregated(self, updates: torch.Tensor) -> torch.Tensor:
         """The updates after the pre-aggregators, in order (what the rule itself sees)."""
-        for pre_aggregate, options in zip(self.pre_fns, self._options(), strict=True):
+        for pre_aggregate, options in zip(self.pre_fns, self.pre_options, strict=True):
             updates = pre_aggregate(updates, f=self.f, round=self.round, **options)
         return updates
 
@@ -93,19 +91,20 @@ class Aggregator:
         """For pre-aggregators that merge rows (bucketing): the input rows behind each row the rule sees; None
         where every row stays its own."""
         groups = None
-        for entry, options in zip(self.pre_fns, self._options(), strict=True):
+        for entry, options in zip(self.pre_fns, self.pre_options, strict=True):
             if entry.merges_rows:
                 step = entry.members(n if groups is None else len(groups), self.round, **options)
                 groups = step if groups is None else [torch.cat([groups[i] for i in rows.tolist()]) for rows in step]
         return groups
 
-    def _options(self) -> tuple[dict[str, Any], ...]:
-        return self.pre_options or tuple({} for _ in self.pre_fns)
-
-    def _draw_of_groups(self, count: int) -> RoundDraw | None:
-        if self.round is None:
-            return None
-        return replace(self.round, order=torch.arange(count), ids=None)
+    def _rule_round(self, merged: list[torch.Tensor] | None) -> dict:
+        """The rule's ``round`` keyword, where it reads one: the round's draw, or after merging pre-aggregators
+        the groups' (in group order, no client ids)."""
+        if not self.entry.needs_round:
+            return {}
+        if merged is None or self.round is None:
+            return {"round": self.round}
+        return {"round": replace(self.round, order=torch.arange(len(merged)), ids=None)}
 
     @property
     def selects(self) -> bool:
@@ -118,9 +117,7 @@ class Aggregator:
         if self.entry.selects is None:
             raise ConfigError(f"aggregator {self.name!r} keeps no subset of the rows; it has no selection to check")
         merged = self.merged_rows(updates.shape[0])
-        draw = self.round if merged is None else self._draw_of_groups(len(merged))
-        extra = {"round": draw} if self.entry.needs_round else {}
-        rows = self.entry.selects(self.pre_aggregated(updates), f=self.f, **extra, **self.params)
+        rows = self.entry.selects(self.pre_aggregated(updates), f=self.f, **self._rule_round(merged), **self.params)
         if merged is not None:  # a kept group keeps every client in it
             rows = torch.cat([merged[i] for i in rows.tolist()]) if rows.numel() else rows
         mask = torch.zeros(updates.shape[0], dtype=torch.bool, device=updates.device)
@@ -159,7 +156,7 @@ def _pre_spec(item: Any, allowed: str) -> tuple[str, dict[str, Any]]:
     else:
         raise ConfigError(f"each aggregator 'pre' entry needs a name ({allowed}): a name or {{name: ..., option: "
                           f"value}}; got {item!r}")
-    defaults = hyperparameters(PRE_AGGREGATORS.get(name).fn, PRE_ARGUMENTS)
+    defaults = pre_defaults(name)
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         what = f"allowed: {', '.join(sorted(defaults))}" if defaults else "it takes no option"
@@ -167,12 +164,17 @@ def _pre_spec(item: Any, allowed: str) -> tuple[str, dict[str, Any]]:
     return name, {**defaults, **given}
 
 
+def pre_defaults(name: str) -> dict[str, Any]:
+    """A pre-aggregator's options with their defaults (its keyword-only parameters but f and round)."""
+    return hyperparameters(PRE_AGGREGATORS.get(name).fn, PRE_ARGUMENTS)
+
+
 def pre_canonical(section: Mapping[str, Any]) -> list[Any]:
     """The resolved ``pre`` list: a pre-aggregator at its default options as its name, else ``{name, **the
     options that differ}`` (so that spelling a default out changes no identity)."""
     out: list[Any] = []
     for name, options in pre_specs(section):
-        defaults = hyperparameters(PRE_AGGREGATORS.get(name).fn, PRE_ARGUMENTS)
+        defaults = pre_defaults(name)
         changed = {k: v for k, v in options.items() if v != defaults[k]}
         out.append({"name": name, **changed} if changed else name)
     return out
@@ -222,7 +224,7 @@ def check_rule(agg: Aggregator, *, n: int) -> None:
     """``check_aggregator`` for a built ``Aggregator``: each pre-aggregator on the rows it gets, then the rule
     on the rows it sees (after bucketing, the buckets)."""
     rows = n
-    for name, entry, options in zip(agg.pre, agg.pre_fns, agg._options(), strict=True):
+    for name, entry, options in zip(agg.pre, agg.pre_fns, agg.pre_options, strict=True):
         if entry.check is not None:
             entry.check(rows, agg.f, **options)
         if entry.merges_rows and agg.needs_losses:

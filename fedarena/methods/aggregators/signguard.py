@@ -64,10 +64,15 @@ def signguard_selection(updates: torch.Tensor, *, f: int, round: RoundDraw | Non
     """The rows SignGuard keeps: norm within (lower, upper) times the median norm (np.median) and in the largest
     sign cluster. The window's start is drawn from the round's seed stream, uniform over [0, d - width) as the
     authors' ``torch.randint`` (width = int(window * d), at least 1)."""
-    n, d = updates.shape
-    check_signguard(n, f, lower=lower, upper=upper, window=window)
     clean = torch.nan_to_num(updates, nan=0.0)
-    norms = clean.norm(dim=1)
+    return _kept(clean, clean.norm(dim=1), f=f, round=round, lower=lower, upper=upper, window=window)
+
+
+def _kept(clean: torch.Tensor, norms: torch.Tensor, *, f: int, round: RoundDraw | None, lower: float, upper: float,
+          window: float) -> torch.Tensor:
+    """``signguard_selection`` of updates without NaN (``clean``) and their norms."""
+    n, d = clean.shape
+    check_signguard(n, f, lower=lower, upper=upper, window=window)
     median = vector_median(norms)
     by_norm = ((norms > lower * median) & (norms < upper * median)).cpu().numpy()
     width = max(1, int(window * d))
@@ -86,11 +91,11 @@ def signguard(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Ten
     norm (the lower middle value for an even count, as the authors' ``torch.median``). f is not read. No update
     kept: a zero update (the model stays; the authors' mean over no row is NaN)."""
     check_updates(updates, f)
-    kept = signguard_selection(updates, f=f, round=round, lower=lower, upper=upper, window=window)
-    if kept.numel() == 0:
-        return updates.new_zeros(updates.shape[1])
     clean = torch.nan_to_num(updates, nan=0.0)
     norms = clean.norm(dim=1)
+    kept = _kept(clean, norms, f=f, round=round, lower=lower, upper=upper, window=window)
+    if kept.numel() == 0:
+        return updates.new_zeros(updates.shape[1])
     factors = torch.where(norms > 0, norms.clamp(max=norms.median()) / norms, torch.zeros_like(norms))
     coeff = updates.new_zeros(updates.shape[0])
     coeff[kept.to(updates.device)] = factors[kept.to(updates.device)] / kept.numel()
