@@ -27,8 +27,8 @@ SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output,
 
 # SplitMix64 (Steele, Lea and Flood, OOPSLA 2014; Java's SplittableRandom): a counter-based generator, so the
 # uniforms of many keys come from one vectorised pass instead of one seeded generator object per key
-GOLDEN_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_MASK, _GAMMA, _M1, _M2 = 2**64 - 1, 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # its constants
+GOLDEN_GAMMA, _MIX1, _MIX2 = np.uint64(_GAMMA), np.uint64(_M1), np.uint64(_M2)
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -38,13 +38,10 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-_MASK, _GAMMA = 2**64 - 1, 0x9E3779B97F4A7C15
-
-
 def _mix64_int(z: int) -> int:
-    """``_mix64`` of one integer."""
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    """``_mix64`` of one Python integer (a numpy scalar costs microseconds an operation)."""
+    z = ((z ^ (z >> 30)) * _M1) & _MASK
+    z = ((z ^ (z >> 27)) * _M2) & _MASK
     return z ^ (z >> 31)
 
 
