@@ -22,7 +22,10 @@ F_FOR = {"bulyan": 0}
 # Rules a direct call can run: fltrust (needs_root) reads the server's root update g0, which only the engine
 # computes (called without it, it raises ConfigError); tests/test_aggregators_foolsgold_fltrust.py tests it
 # with a given g0 and end to end.
-DIRECT = [name for name in AGGREGATORS.names() if not AGGREGATORS.get(name).needs_root]
+# the rules a caller can run on bare updates: not those that need the engine's root update (FLTrust) or its probe of
+# the models (DeepSight: tests/test_aggregators_deepsight.py)
+DIRECT = [name for name in AGGREGATORS.names()
+          if not AGGREGATORS.get(name).needs_root and not AGGREGATORS.get(name).needs_probe]
 
 
 def round_of_seven(dtype=torch.float64):
@@ -183,8 +186,9 @@ def outlier_round(scale: float = 1e-3):
 
 # rlr flips the server rate only where the clients' signs disagree: here every coordinate has 9 positive and 2
 # negative updates, so it rightly returns the mean (tests/test_aggregators_backdoor.py gives it split signs); crfl
-# certifies rather than filters: it averages every update and adds its noise (tests/test_aggregators_crfl.py)
-DEFENSES = [name for name in DIRECT if name not in ("mean", "weighted_mean", "rlr", "crfl")]
+# certifies rather than filters: it averages every update and adds its noise (tests/test_aggregators_crfl.py);
+# fldetector judges a client by its history, which one round does not have (tests/test_aggregators_fldetector.py)
+DEFENSES = [name for name in DIRECT if name not in ("mean", "weighted_mean", "rlr", "crfl", "fldetector")]
 
 
 @pytest.mark.parametrize("name", DEFENSES)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from resume import run_interrupted
 
 from fedarena.attacks import ATTACKS
 from fedarena.attacks.a3fl import TRIGGER, poison_round, search_trigger, stamped, trigger_mask
@@ -14,7 +15,6 @@ from fedarena.config import ExperimentConfig
 from fedarena.datasets.catalog import build_dataset
 from fedarena.errors import ConfigError
 from fedarena.models.functional import FlatModel
-from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.engine import evaluate_state, simulate
 from fedarena.simulation.setup import build_trial
 
@@ -121,24 +121,11 @@ def test_a_resumed_run_goes_on_with_the_saved_trigger_to_the_uninterrupted_numbe
     trial = build_trial(small_config(6))
     whole, _ = simulate(trial)
     # Execute: 3 rounds, the state saved to disk and loaded in a new trial, then the other 3
-    first = build_trial(small_config(6))
-    state = None
-
-    def stop_at_three(s, metrics):
-        nonlocal state
-        if s.round == 3:
-            save_state(tmp_path, s, "h")
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        simulate(first, on_round=stop_at_three)
-    resumed_trial = build_trial(small_config(6))
-    state = load_state(tmp_path, resumed_trial, "h")
+    resumed_trial, state, resumed = run_interrupted(small_config(6), 3, tmp_path)
     assert TRIGGER in state.attack  # the trigger the first 3 rounds found
-    resumed, _ = simulate(resumed_trial, state)
     # Assert: the same trigger, model and success rate as the uninterrupted run
     assert torch.allclose(resumed.attack[TRIGGER], whole.attack[TRIGGER], atol=1e-6)
-    assert not torch.equal(whole.attack[TRIGGER], first.threat.effect.adapt.keywords["initial"])
+    assert not torch.equal(whole.attack[TRIGGER], resumed_trial.threat.effect.adapt.keywords["initial"])
     assert torch.allclose(resumed.w, whole.w, atol=1e-5)
     _, metrics_whole = evaluate_state(trial, whole)
     _, metrics_resumed = evaluate_state(resumed_trial, resumed)

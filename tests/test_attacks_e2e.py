@@ -78,7 +78,7 @@ def test_cli_runs_an_attack_and_records_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--attack", "a9", "--level", "0.2"], "available: a1, a2, a3, a3fl, adaptive, alie, badnets, dba, edge_case, fang, ipm"),
+    (["--attack", "a9", "--level", "0.2"], "available: a1, a2, a3, a3fl, adaptive, alie, badnets, dba, edge_case, fang, iba, ipm"),
     (["--attack", "a1", "--level", "1.0"], "[0, 1)"),
     (["--attack", "a1", "--level", "0.01"], "corrupts no client"),
     (["--attack", "a3", "--level", "0.2", "--set", "scale=-1"], "scale must be > 0"),

@@ -31,16 +31,16 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     (median,) = fedarena.evaluate("median", out=tmp_path / "median", printer=Printer(lines.append), **options)
     again_lines = []
     (again,) = fedarena.evaluate("median", printer=Printer(again_lines.append), **options)
-    # Assert: 48 battery trials ran once; the second call trained nothing and gives the same card
-    assert any("48 trials; 0 already finished" in line for line in lines), lines
-    assert any("48 trials; 48 already finished" in line for line in again_lines), again_lines
+    # Assert: 50 battery trials ran once; the second call trained nothing and gives the same card
+    assert any("50 trials; 0 already finished" in line for line in lines), lines
+    assert any("50 trials; 50 already finished" in line for line in again_lines), again_lines
     assert again.to_json() == median.to_json()
     card = json.loads((tmp_path / "median" / "card.json").read_text())
-    assert card["component"] == "aggregator.median" and card["battery_version"] == 3 and card["scale"] == "smoke"
+    assert card["component"] == "aggregator.median" and card["battery_version"] == 4 and card["scale"] == "smoke"
     assert 0 < card["clean_acc"] <= 1 and set(card["worst"]) == {"0.1", "0.2", "0.5", "0.8"}
     assert all("acc" in card["worst"][level] and card["worst"][level]["attack"] for level in card["worst"])
     assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",
-                                                          "targeted_flip", "a3fl", "edge_case"}
+                                                          "targeted_flip", "a3fl", "edge_case", "iba"}
     assert card["rank"] == {"0.1": 1, "0.2": 1, "0.5": 1, "0.8": 1}  # the only built-in row in this store
     assert "## Robustness card: aggregator.median" in (tmp_path / "median" / "card.md").read_text()
     # Execute: a plugin's aggregator, from a file outside the repository

@@ -35,9 +35,8 @@ import torch.nn.functional as F
 
 from fedarena.attacks.backdoor import check_target, make_patch, stop, white_value
 from fedarena.attacks.base import ATTACKS, AttackView, Backdoor, Effect
-from fedarena.attacks.checks import fraction, positive
+from fedarena.attacks.checks import fraction, positive, whole
 from fedarena.datasets.base import RAW_PIXELS, FederatedDataset
-from fedarena.errors import ConfigError
 
 TRIGGER = "trigger"  # the state's key: the current trigger, a flat [D] tensor (only its mask's entries matter)
 ADV_MOMENTUM, ADV_DECAY = 0.9, 5e-4  # the authors' SGD for the adversarial model
@@ -142,12 +141,6 @@ def restamp(x: torch.Tensor, state: dict, *, initial: torch.Tensor, mask: torch.
     return stamped(x, state.get(TRIGGER, initial), mask)
 
 
-def _whole(name: str, value, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ConfigError(f"attack 'a3fl': {name} must be a whole number >= {least}, got {value!r}")
-    return value
-
-
 @ATTACKS.register("a3fl")
 def a3fl(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
          size: int = 3, position: str | list = "bottom_right", poison_fraction: float = 0.25, steps: int = 100,
@@ -160,10 +153,11 @@ def a3fl(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Genera
     low, high = black_value(dataset), white_value(dataset)
     initial = torch.full(mask.shape, float(high))
     options = dict(initial=initial, mask=mask, target=target)
-    search = partial(search_trigger, **options, steps=_whole("steps", steps, 0),
-                     trigger_lr=positive("a3fl", "trigger_lr", trigger_lr), adv_every=_whole("adv_every", adv_every, 0),
-                     adv_epochs=_whole("adv_epochs", adv_epochs, 1), adv_lr=positive("a3fl", "adv_lr", adv_lr),
-                     noise_lambda=float(noise_lambda), batch_size=_whole("batch_size", batch_size, 1),
+    name = "a3fl"
+    search = partial(search_trigger, **options, steps=whole(name, "steps", steps, 0),
+                     trigger_lr=positive(name, "trigger_lr", trigger_lr), adv_every=whole(name, "adv_every", adv_every, 0),
+                     adv_epochs=whole(name, "adv_epochs", adv_epochs, 1), adv_lr=positive(name, "adv_lr", adv_lr),
+                     noise_lambda=float(noise_lambda), batch_size=whole(name, "batch_size", batch_size, 1),
                      low=low, high=high)
     share = fraction("a3fl", "poison_fraction", poison_fraction)
     backdoor = Backdoor(target, None, restamp=partial(restamp, initial=initial, mask=mask))

@@ -21,6 +21,13 @@ def positive(attack: str, key: str, value) -> float:
     return number
 
 
+def whole(attack: str, key: str, value, least: int) -> int:
+    """``value`` if it is a whole number >= ``least`` (not a bool); ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(f"attack {attack!r}: {key} must be a whole number >= {least}, got {value!r}")
+    return value
+
+
 def non_negative(attack: str, key: str, value) -> float:
     number = _number(attack, key, value)
     if number < 0:

@@ -63,6 +63,8 @@ def time_round(n: int, d: int, device: str, repeats: int, rules: tuple[str, ...]
         row = {"rule": name, "n": n, "d": d, "f": f, "device": device, "seconds": None, "note": ""}
         if f is None:
             row["note"] = f"skipped: {name} cannot run with n={n} for any f"
+        elif AGGREGATORS.get(name).needs_probe:
+            row["note"] = f"skipped: {name} runs every client's model on the server; its cost is the model's"
         else:
             agg = make_aggregator({"name": name}, f=f)
             if agg.needs_root:  # the engine's root update g0 (FLTrust), here a stand-in: the updates' mean

@@ -56,6 +56,9 @@ def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggreg
         return
     if spec.central:
         _check_central_rule(where, rule)
+    if spec.local and rule.entry.excludes:
+        raise ConfigError(f"{where}: aggregator {rule.name!r} removes devices during the run, so how often a device "
+                          f"takes part (what local DP's accountant counts) is not known before it; use another rule")
     if spec.secure_aggregation and (rule.pre or rule.entry.needs_each_update(**rule.params)):
         what = f"pre-aggregator {rule.pre[0]!r}" if rule.pre else f"aggregator {rule.name!r}"
         raise ConfigError(f"{where}: {what} needs each device's update, which secure aggregation hides; under "

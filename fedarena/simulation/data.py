@@ -18,16 +18,24 @@ from fedarena.models.batch import Batch
 from fedarena.simulation.streams import SAMPLING, TRAIN, keyed_uniforms
 
 
-def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, round_idx: int) -> np.ndarray:
+def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, round_idx: int,
+                  excluded: np.ndarray | None = None) -> np.ndarray:
     """The clients of round ``round_idx`` in the order drawn (Ditto Algorithm 2): without replacement, uniformly
     (``sampling`` uniform) or each draw with probability proportional to the remaining clients' training
     ``sizes`` (proportional). All draws at once (Efraimidis and Spirakis 2006): client k waits an exponential
     time E_k / size_k (E_k from the uniform keyed by (seed, SAMPLING, round, k)); the first ``per_round`` to
-    arrive, in order, are distributed as successive draws."""
+    arrive, in order, are distributed as successive draws. ``excluded`` (bool, the first clients; a rule removed
+    them, FLDetector) never arrive: the draw is among the others, all of them where fewer than ``per_round`` remain;
+    the others' draws are those of a run where the removed ones lost every race."""
     weights = np.asarray(sizes, dtype=np.float64)
     arrival = -np.log1p(-keyed_uniforms(seed, SAMPLING, round_idx, np.arange(len(weights)), 1)[:, 0])
     if sampling == "proportional":
         arrival = arrival / weights
+    available = len(weights)
+    if excluded is not None and excluded.any():
+        arrival[np.flatnonzero(excluded)] = np.inf
+        available -= int(excluded.sum())
+    per_round = min(per_round, available)
     first = np.argpartition(arrival, per_round - 1)[:per_round] if per_round < len(weights) else np.arange(len(weights))
     return first[np.argsort(arrival[first], kind="stable")]
 

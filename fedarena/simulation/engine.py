@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fedarena.attacks.base import AttackView, RoundRule
-from fedarena.methods.aggregators import RoundDraw
+from fedarena.methods.aggregators import EXCLUDED, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
@@ -80,26 +80,28 @@ def initial_state(trial: Trial) -> SimState:
     return SimState(0, w, trial.method.init_clients(w, trial.train.sizes))
 
 
-def draw_clients(trial: Trial, round_idx: int) -> np.ndarray:
+def draw_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
     """Ditto Algorithm 2: without replacement, probability proportional to training sizes (or uniform);
-    the clients in the order drawn."""
+    the clients in the order drawn, never one the server rule removed (``server[EXCLUDED]``)."""
     cfg = trial.cfg
-    return drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, cfg.clients_per_round, round_idx)
+    excluded = None if server is None or EXCLUDED not in server else server[EXCLUDED].cpu().numpy()
+    return drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, cfg.clients_per_round, round_idx, excluded)
 
 
-def sample_clients(trial: Trial, round_idx: int) -> np.ndarray:
+def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
     """The round's clients in id order (the order of every per-round tensor)."""
-    return np.sort(draw_clients(trial, round_idx))
+    return np.sort(draw_clients(trial, round_idx, server))
 
 
 def round_draw(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict | None = None,
                root: torch.Tensor | None = None, model: torch.Tensor | None = None) -> RoundDraw:
     """The server rule's view of the round: each sorted row's position in the draw, the round's seed (from
-    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state, its root update and the
-    round's global model."""
+    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state, its root update, the
+    round's global model and the server's probe of the models."""
     position = torch.as_tensor(np.argsort(drawn, kind="stable"), device=trial.device)
     ids = torch.as_tensor(np.sort(drawn), device=trial.device)
-    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root, model)
+    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root, model,
+                     trial.probe)
 
 
 def root_update(trial: Trial, w: torch.Tensor, round_idx: int) -> torch.Tensor | None:
@@ -224,7 +226,7 @@ def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> d
 def run_round(trial: Trial, state: SimState) -> SimState:
     """One round; returns the new state (the per-client tables are updated in place)."""
     t = state.round
-    drawn = draw_clients(trial, t)
+    drawn = draw_clients(trial, t, state.server)
     ids = np.sort(drawn)
     attack = adapted(trial, state, ids, t)
     pool = _round_data(trial, ids, t, attack)

@@ -26,6 +26,7 @@ from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.data import Pooled, most_participation
+from fedarena.simulation.probe import Probe
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
 
 ROOT_SET = 2**31 - 1  # key of the root set's draw in the stream AGGREGATE (whose other keys are rounds)
@@ -53,6 +54,7 @@ class Trial:
     clean_train: Pooled | None = None  # the unpoisoned training data, for rounds after the attack stops
     root: Pooled | None = None  # the server's clean root set (one pseudo-client), for rules that need_root
     privacy: PrivacyPlan | None = None  # differential privacy's mechanism (None: none)
+    probe: Probe | None = None  # the server's probe of the models, for a rule that ``needs_probe`` (DeepSight)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -80,7 +82,15 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
                  make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                  *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
-                 privacy=privacy)
+                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device))
+
+
+def server_probe(cfg: ResolvedConfig, aggregate, model: FlatModel, dataset: FederatedDataset,
+                 device: torch.device) -> Probe | None:
+    """The server's probe of the models (fixed noise inputs, the output layer), for a rule that reads it."""
+    if aggregate is None or not aggregate.entry.needs_probe:
+        return None
+    return Probe.of(model, dataset, cfg.seed, device, aggregate.name)
 
 
 def root_set(cfg: ResolvedConfig, aggregate, train: Pooled, malicious: np.ndarray) -> Pooled | None:

@@ -4,10 +4,16 @@ Importing this package imports every module in it, which registers every rule in
 mean, weighted_mean, clipping, k_norm, k_loss (``simple``), median, trimmed_mean (``coordinatewise``),
 krum, multi_krum, bulyan (``krum``), fedmgda_plus (``mgda``), geometric_median, centered_clipping
 (``iterative``), dnc (``dnc``), norm_bound, weak_dp, rlr (``backdoor_defenses``), flame (``flame``),
-foolsgold (``foolsgold``), fltrust (``fltrust``). Each entry (``AggregatorEntry``) carries the rule, its check and the inputs it reads.
+foolsgold (``foolsgold``), fltrust (``fltrust``), crfl (``crfl``), fldetector (``fldetector``). Each entry (``AggregatorEntry``) carries the rule, its check and the inputs it reads.
 """
 
-from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS, AggregatorEntry, RoundDraw
+from fedarena.methods.aggregators.base import (
+    AGGREGATORS,
+    EXCLUDED,
+    PRE_AGGREGATORS,
+    AggregatorEntry,
+    RoundDraw,
+)
 from fedarena.methods.aggregators.builder import (
     Aggregator,
     check_aggregator,
@@ -22,6 +28,7 @@ import_submodules(__name__, __path__)
 __all__ = [
     "AGGREGATORS",
     "AggregatorEntry",
+    "EXCLUDED",
     "PRE_AGGREGATORS",
     "Aggregator",
     "RoundDraw",

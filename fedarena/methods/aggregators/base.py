@@ -60,6 +60,11 @@ class AggregatorEntry:
     # certify(trial, w, rounds_done, **hyperparameters) -> run properties of the evaluated global model w (CRFL's
     # certified radius); None: the rule certifies nothing
     certify: Callable[..., dict] | None = None
+    # whether the rule may remove clients from the federation (``server[EXCLUDED]``, FLDetector): the engine stops
+    # drawing them, so no one knows before the run how often a device takes part (local DP's accounting needs it)
+    excludes: bool = False
+    # reads ``round.probe``, the server's probe of the models on fixed random inputs (engine-made: DeepSight)
+    needs_probe: bool = False
 
     def needs_each_update(self, **params) -> bool:
         """Whether the rule reads the individual updates with these hyperparameters (secure aggregation hides
@@ -88,6 +93,9 @@ class RoundDraw:
     server: dict | None = None
     root_update: torch.Tensor | None = None
     model: torch.Tensor | None = None  # the round's global model (a rule that bounds the model itself: CRFL)
+    # for a rule whose entry ``needs_probe``: the server's probe (``simulation.probe.Probe``: the models' class
+    # probabilities on fixed random inputs and the output layer's part of an update; DeepSight)
+    probe: object | None = None
 
     @classmethod
     def rows_in_order(cls, n: int) -> RoundDraw:
@@ -105,6 +113,9 @@ class RoundDraw:
 
 
 AGGREGATORS: Registry[AggregatorEntry] = Registry("aggregator")
+# the server state's entry of a rule that removes clients (an entry with ``excludes``): bool [clients], True for a
+# client the engine must no longer draw (ids beyond its length are in)
+EXCLUDED = "excluded"
 PRE_ARGUMENTS = ("f", "round")  # what a pre-aggregator may read besides its options
 
 
@@ -173,18 +184,19 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
                needs_round: bool = False, needs_root: bool = False, version: int = 1,
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
-               per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None):
+               per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None,
+               excludes: bool = False, needs_probe: bool = False):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
     (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
     sensitivity to one clipped update (``sensitivity``, central DP) and whether it needs only the updates' sum
     (``sum_only``, secure aggregation; default: it needs each update) and the search space of its hyperparameters
-    (``search``, what ``fedarena tune`` explores)."""
+    (``search``, what ``fedarena tune`` explores) and whether it removes clients (``excludes``)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
                                               uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
-                                              per_client, certify),
+                                              per_client, certify, excludes, needs_probe),
                         version=version, effective=effective, search=search)
         return fn
 

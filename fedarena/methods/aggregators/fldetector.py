@@ -1,0 +1,201 @@
+"""FLDetector (Zhang, Cao, Jia and Gong, KDD 2022): flag the clients whose updates disagree with the ones predicted
+from their own history, and remove them from later rounds.
+
+Variant: the authors' code (zaixizhang/FLDetector, ``train_*.py`` and ``nd_aggregation.py``): the predicted update of
+a client is its previous update plus an L-BFGS Hessian-vector product (``lbfgs_product``, their ``lbfgs``, the compact
+representation of Byrd, Nocedal and Schnabel 1994, with ``window`` pairs of the global model's differences and the
+aggregate's), its distance the L2 norm of the difference, normalised over the round; a client's suspicion score is the
+mean of its last ``window`` distances; the gap statistic (their ``detection1``: k = 1..7, 10 uniform references)
+decides whether the scores form more than one cluster, and then 2-means (their ``detection``) flags the cluster of
+higher mean. Departures, for partial participation (the paper has every client in every round): a client's prediction
+starts from its *last* update and the model it was computed at, ``v = w_t - w_tau``; its distance is normalised by the
+round's mean distance (theirs: the sum, the same up to the count when every client takes part, comparable across
+rounds of different counts here); detection runs from the rule's ``start``-th round on the scored clients (at least
+eight: k goes to 7) still in the federation; k-means is the exact 1-D optimum (``kmeans_1d``; their scikit-learn
+KMeans seeks it from random starts) and the references come from the round's seed. Flagged clients are excluded
+(``EXCLUDED``: the engine stops drawing them) and this round's aggregate is the weighted mean of the rows not flagged
+(the paper's FedAvg variant; where it restarts training after a detection, the run goes on without them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.base import (
+    EXCLUDED,
+    RoundDraw,
+    aggregator,
+    check_common,
+    check_updates,
+    normalised_weights,
+)
+
+KEY = "fldetector_"  # the prefix of the rule's entries in the server's state
+MAX_K, REFERENCES, MIN_SCORED = 7, 10, 8  # the authors' gap statistic: k = 1..7, 10 uniform references
+
+
+def check_fldetector(n: int, f: int, *, window: int = 10, start: int = 10) -> None:
+    check_common(n, f)
+    for name, value in (("window", window), ("start", start)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"fldetector's {name} must be a whole number >= 1, got {value!r}")
+
+
+def lbfgs_product(s: torch.Tensor, y: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """B v for each row of v [r, d]: B the L-BFGS approximation (compact form) from the pairs s, y [m, d] of
+    successive differences (oldest first), sigma = y_m.s_m / s_m.s_m, as the authors' ``lbfgs``. float64."""
+    s, y, v = s.double(), y.double(), v.double()
+    sy, ss = s @ y.T, s @ s.T
+    lower = sy - sy.triu()  # L: the strictly lower triangle of S^T Y
+    sigma = (y[-1] @ s[-1]) / (s[-1] @ s[-1])
+    middle = torch.cat([torch.cat([sigma * ss, lower], 1), torch.cat([lower.T, -torch.diag(sy.diagonal())], 1)], 0)
+    basis = torch.cat([sigma * s, y])  # [2m, d]
+    projected = torch.cat([sigma * s @ v.T, y @ v.T])  # [2m, r]
+    return sigma * v - (basis.T @ (torch.linalg.pinv(middle) @ projected)).T
+
+
+def kmeans_1d(x: torch.Tensor, k_max: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact 1-D k-means by dynamic programming over the sorted values: ([k_max] the least within-cluster sums of
+    squares for k = 1..k_max, [n] bool: the upper cluster of the optimal 2-means, in x's order)."""
+    order = torch.argsort(x, stable=True)
+    xs = x[order].double()
+    n = xs.numel()
+    first = torch.cat([xs.new_zeros(1), xs.cumsum(0)])
+    second = torch.cat([xs.new_zeros(1), (xs * xs).cumsum(0)])
+    i, j = torch.meshgrid(torch.arange(n + 1), torch.arange(n + 1), indexing="ij")
+    count = (j - i).clamp_min(1).double()
+    cost = second[j] - second[i] - (first[j] - first[i]) ** 2 / count  # points i..j-1 as one cluster
+    cost = torch.where(j > i, cost.clamp_min(0), torch.inf)
+    best = [cost[0]]  # best[k-1][j]: the first j points in k clusters
+    for _ in range(1, k_max):
+        best.append((best[-1][:, None] + cost).min(0).values)
+    split = int(torch.argmin(cost[0] + cost[:, n]))  # 2-means: points split..n-1 form the upper cluster
+    upper = torch.zeros(n, dtype=torch.bool)
+    upper[order[split:]] = True
+    return torch.stack([b[n] for b in best]), upper
+
+
+def attack_detected(scores: torch.Tensor, gen: torch.Generator) -> bool:
+    """The authors' gap statistic (``detection1``): scores scaled to [0, 1]; the first k with
+    gap(k) >= gap(k + 1) - sd(k + 1) is the number of clusters; an attack where it is not 1."""
+    low, high = scores.min(), scores.max()
+    if not bool(high > low):
+        return False
+    scaled = (scores.double() - low) / (high - low)
+    k_max = min(MAX_K, scaled.numel())
+    within = kmeans_1d(scaled, k_max)[0]
+    refs = torch.rand(REFERENCES, scaled.numel(), generator=gen, dtype=torch.float64)
+    ref_within = torch.stack([kmeans_1d(r, k_max)[0] for r in refs])  # [REFERENCES, k_max]
+    gaps = ref_within.mean(0).log() - within.log()
+    spread = ((1.0 + REFERENCES) / REFERENCES) ** 0.5 * ref_within.log().std(0, unbiased=False)
+    for k in range(1, k_max):
+        if bool(gaps[k - 1] - gaps[k] + spread[k] >= 0):
+            return k != 1
+    return True  # no k satisfied the rule: more than one cluster
+
+
+def table(server: dict, key: str, rows: int, shape: tuple, fill, like: torch.Tensor) -> torch.Tensor:
+    """The server's per-client table ``key`` [rows, *shape] (bool where ``fill`` is), grown with ``fill`` rows
+    where higher client ids appear; made on first use."""
+    current = server.get(key)
+    dtype = torch.bool if isinstance(fill, bool) else like.dtype
+    if current is None:
+        return torch.full((rows, *shape), fill, dtype=dtype, device=like.device)
+    current = current.to(like.device)
+    if current.shape[0] < rows:
+        current = torch.cat([current, torch.full((rows - current.shape[0], *shape), fill, dtype=dtype,
+                                                 device=like.device)])
+    return current
+
+
+def distances(updates: torch.Tensor, ids: torch.Tensor, model: torch.Tensor, server: dict, rows: int) -> torch.Tensor:
+    """[n] each row's distance to its predicted update (NaN where the client has no previous update or the server
+    no L-BFGS pair yet), over the round's mean."""
+    n, d = updates.shape
+    seen = table(server, KEY + "seen", rows, (), False, updates)[ids]
+    out = torch.full((n,), torch.nan, dtype=torch.float64, device=updates.device)
+    if KEY + "s" not in server or not bool(seen.any()):
+        return out
+    last = table(server, KEY + "update", rows, (d,), 0.0, updates)[ids[seen]]
+    at = table(server, KEY + "model", rows, (d,), 0.0, updates)[ids[seen]]
+    predicted = last.double() + lbfgs_product(server[KEY + "s"], server[KEY + "y"], model[None] - at)
+    dist = (updates[seen].double() - predicted).norm(dim=1)
+    out[seen] = dist / dist.mean().clamp_min(1e-30)
+    return out
+
+
+def remember(server: dict, name: str, rows: int, ids: torch.Tensor, values: torch.Tensor, fill) -> None:
+    """Write the round's rows of the per-client table ``name`` (a new tensor: never in place)."""
+    key = KEY + name
+    server[key] = table(server, key, rows, tuple(values.shape[1:]), fill, values).index_copy(0, ids, values)
+
+
+def record_scores(server: dict, ids: torch.Tensor, dist: torch.Tensor, rows: int, window: int) -> None:
+    """Shift each scored client's last ``window`` distances and put this round's in front."""
+    scored = ~dist.isnan()
+    scores = table(server, KEY + "scores", rows, (window,), torch.nan, dist)
+    if scores.shape[1] != window:
+        raise ConfigError(f"fldetector's score table keeps {scores.shape[1]} rounds; window is {window}")
+    shifted = torch.cat([dist[:, None], scores[ids, :-1]], 1)
+    server[KEY + "scores"] = scores.index_copy(0, ids[scored], shifted[scored])
+
+
+def detect(server: dict, gen: torch.Generator, device) -> None:
+    """Flag, among the clients still in and scored, the upper 2-means cluster of suspicion where the gap statistic
+    finds an attack; add them to ``server[EXCLUDED]``."""
+    scores = server.get(KEY + "scores")
+    if scores is None:
+        return
+    # the tables grow with the highest id seen so far, each when it is written: align the exclusions to the scores
+    excluded = table(server, EXCLUDED, scores.shape[0], (), False, torch.zeros(0, device=device))
+    candidates = torch.nonzero(~excluded[: scores.shape[0]] & ~scores.isnan().all(1)).flatten()
+    if candidates.numel() < MIN_SCORED:
+        return
+    suspicion = scores[candidates].nanmean(1)
+    if attack_detected(suspicion.cpu(), gen):
+        upper = kmeans_1d(suspicion.cpu(), 2)[1].to(candidates.device)
+        server[EXCLUDED] = excluded.index_fill(0, candidates[upper], True)
+
+
+def update_pairs(server: dict, model: torch.Tensor, aggregate: torch.Tensor, window: int) -> None:
+    """Add (w_t - w_{t-1}, g_t - g_{t-1}) to the L-BFGS pairs (the last ``window`` kept) and remember w_t, g_t."""
+    previous = server.get(KEY + "last_model")
+    if previous is not None:
+        s, y = (model - previous)[None], (aggregate - server[KEY + "last_aggregate"])[None]
+        if bool((s * s).sum() > 0):
+            if KEY + "s" in server:
+                s, y = torch.cat([server[KEY + "s"], s])[-window:], torch.cat([server[KEY + "y"], y])[-window:]
+            server[KEY + "s"], server[KEY + "y"] = s, y
+    server[KEY + "last_model"], server[KEY + "last_aggregate"] = model, aggregate
+
+
+@aggregator("fldetector", check=check_fldetector, needs_round=True, per_client=True, excludes=True)
+def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, window: int = 10,
+               start: int = 10, round: RoundDraw | None = None) -> torch.Tensor:
+    """FLDetector (Zhang et al., KDD 2022; see the module): score each client by how far its update is from the one
+    its history predicts, flag the suspicious cluster once the rule has aggregated ``start`` rounds, and average
+    (with the aggregation weights) the rows of the clients not flagged; f is not read. Called directly (no round),
+    the rows are clients 0..n-1 with no history: the weighted mean."""
+    check_updates(updates, f)
+    n, d = updates.shape
+    draw = round if round is not None else RoundDraw.rows_in_order(n)
+    ids = (torch.arange(n) if draw.ids is None else draw.ids).to(device=updates.device, dtype=torch.long)
+    server = {} if draw.server is None else draw.server
+    model = updates.new_zeros(d) if draw.model is None else draw.model.to(updates)
+    rows = int(ids.max()) + 1
+    record_scores(server, ids, distances(updates, ids, model, server, rows), rows, window)
+    done = int(server.get(KEY + "rounds", torch.zeros(())).item()) + 1
+    server[KEY + "rounds"] = torch.tensor(done)
+    if done >= start:
+        detect(server, draw.generator(), updates.device)
+    kept = ~table(server, EXCLUDED, rows, (), False, updates)[ids]
+    mean = updates.new_zeros(d)
+    if bool(kept.any()):
+        share = normalised_weights(weights, updates)[kept].to(updates.dtype)
+        mean = (share / share.sum()) @ updates[kept]
+    remember(server, "update", rows, ids, updates, 0.0)
+    remember(server, "model", rows, ids, model[None].expand(n, d), 0.0)
+    remember(server, "seen", rows, ids, torch.ones(n, dtype=torch.bool, device=updates.device), False)
+    update_pairs(server, model, mean, window)
+    return mean

@@ -1,0 +1,67 @@
+"""The server's probe of the clients' models (DeepSight): the models' class probabilities on fixed random inputs,
+and the output layer's part of an update.
+
+The inputs are ``seeds`` sets of uniform noise between a black and a white pixel's value in the model's input units
+(the range of a valid image; the dataset's own normalisation), drawn once per trial from the stream AGGREGATE under
+the key ``NOISE_INPUTS`` + the set's index, and kept: every round probes the same inputs, as DeepSight's server does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from fedarena.attacks.a3fl import black_value
+from fedarena.attacks.backdoor import white_value
+from fedarena.datasets import FederatedDataset
+from fedarena.errors import ConfigError
+from fedarena.models import FlatModel
+from fedarena.simulation.streams import AGGREGATE, torch_stream
+
+NOISE_INPUTS = 2**31 - 16  # key of the first noise set in the stream AGGREGATE (whose low keys are rounds)
+BATCH = 4096  # inputs per forward pass
+
+
+@dataclass
+class Probe:
+    model: FlatModel
+    shape: tuple
+    low: float
+    high: float
+    seed: int
+    device: torch.device
+    _inputs: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, model: FlatModel, dataset: FederatedDataset, seed: int, device: torch.device, rule: str) -> Probe:
+        weight, bias = model.shapes[-2:] if len(model.shapes) >= 2 else (None, None)
+        if weight is None or len(weight) != 2 or len(bias) != 1 or weight[0] != bias[0]:
+            raise ConfigError(f"aggregator {rule!r} reads the output layer's weight [classes, inputs] and bias "
+                              f"[classes], the model's last two parameters; this model's end in "
+                              f"{[tuple(s) for s in model.shapes[-2:]]}")
+        return cls(model, tuple(dataset.input_shape), black_value(dataset), white_value(dataset), seed, device)
+
+    def inputs(self, index: int, samples: int) -> torch.Tensor:
+        """The ``index``-th noise set [samples, *shape] (drawn once, then kept)."""
+        key = (index, samples)
+        if key not in self._inputs:
+            gen = torch_stream(self.seed, AGGREGATE, NOISE_INPUTS + index)
+            noise = torch.rand(samples, int(np.prod(self.shape)), generator=gen)
+            self._inputs[key] = (self.low + (self.high - self.low) * noise).reshape(samples, *self.shape).to(self.device)
+        return self._inputs[key]
+
+    def probabilities(self, params: torch.Tensor, index: int, samples: int) -> torch.Tensor:
+        """[samples, classes] softmax of the model with flat ``params`` [d] on the ``index``-th noise set."""
+        x = self.inputs(index, samples)
+        with torch.no_grad():
+            return torch.cat([self.model.forward(params, part.to(params.dtype)).softmax(-1) for part in x.split(BATCH)])
+
+    def output_layer(self, updates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight [n, classes, inputs], bias [n, classes]): the output layer's part of each row of ``updates``."""
+        weight_shape, bias_size = self.model.shapes[-2], self.model.sizes[-1]
+        weight_size = self.model.sizes[-2]
+        end = updates.shape[1]
+        weight = updates[:, end - bias_size - weight_size: end - bias_size].reshape(-1, *weight_shape)
+        return weight, updates[:, end - bias_size:]

@@ -1,0 +1,81 @@
+"""DeepSight: NEUPs and threshold exceedings by hand, the division differences the server computes, a unique
+answer (honest models of many labels, a cluster of single-label backdoor models), a run through the engine's probe,
+and bad input in one line."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedarena.config import ExperimentConfig
+from fedarena.errors import ConfigError
+from fedarena.methods.aggregators import RoundDraw, check_aggregator
+from fedarena.methods.aggregators.deepsight import deepsight, division_differences, neups_and_exceedings
+from fedarena.models.functional import FlatModel
+from fedarena.simulation.experiment import run_experiment
+from fedarena.simulation.probe import Probe
+
+
+def linear_probe(classes=4, inputs=3):
+    model = FlatModel(torch.nn.Linear(inputs, classes).double(), "classification")
+    return Probe(model, (inputs,), -1.0, 1.0, seed=0, device=torch.device("cpu"))
+
+
+def test_neups_and_threshold_exceedings_by_hand():
+    # one model: output weight rows of absolute sums 1, 0, 2 and bias 1, 0, 0: energies 2, 0, 2 -> squared 4, 0, 4
+    weight = torch.tensor([[[1.0, 0.0], [0.0, 0.0], [1.0, -1.0]]])
+    bias = torch.tensor([[1.0, 0.0, 0.0]])
+    neups, exceedings = neups_and_exceedings(weight, bias, threshold=0.01)
+    assert neups.tolist() == [[0.5, 0.0, 0.5]]
+    assert exceedings.tolist() == [2]  # bound max(0.01, 1/3) x 0.5: two classes exceed it
+
+
+def test_division_differences_are_the_mean_probability_ratios_on_the_probe_inputs():
+    probe = linear_probe()
+    w = torch.randn(probe.model.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    u = 0.1 * torch.ones(1, probe.model.dim, dtype=torch.float64)
+    ddif = division_differences(probe, w, u, seeds=2, samples=50)
+    x = probe.inputs(1, 50)
+    local, glob = probe.model.forward(w + u[0], x.double()).softmax(-1), probe.model.forward(w, x.double()).softmax(-1)
+    assert ddif.shape == (2, 1, 4)
+    assert np.allclose(ddif[1, 0], (local / (glob + 1e-6)).mean(0).numpy())
+    assert bool((x >= -1).all() and (x <= 1).all()) and not torch.equal(probe.inputs(0, 50), x)
+
+
+def test_the_single_label_cluster_is_dropped_and_the_honest_models_kept():
+    # Prepare: 10 honest updates spread over every class, 5 backdoor updates pushing class 0 alone (HDBSCAN's
+    # smallest cluster is 5)
+    probe = linear_probe()
+    gen = torch.Generator().manual_seed(0)
+    honest = 0.05 * torch.randn(10, probe.model.dim, generator=gen, dtype=torch.float64) + 0.2
+    bad = torch.zeros(5, probe.model.dim, dtype=torch.float64)
+    bad[:, :3] = 0.5 + 0.01 * torch.randn(5, 3, generator=gen, dtype=torch.float64)  # class 0's weight row
+    bad[:, 12] = 0.5  # class 0's bias
+    updates = torch.cat([honest, bad])
+    draw = RoundDraw(torch.arange(15), model=torch.zeros(probe.model.dim, dtype=torch.float64), probe=probe)
+    # Execute
+    out = deepsight(updates, weights=torch.ones(15), losses=None, f=0, samples=200, round=draw)
+    # Assert: the mean of the honest updates, each clipped to the median norm of all fifteen
+    bound = float(np.median(updates.norm(dim=1).numpy()))
+    scale = (bound / honest.norm(dim=1)).clamp(max=1.0)
+    assert torch.allclose(out, (honest * scale[:, None]).mean(0))
+
+
+def test_a_run_probes_the_models_on_the_server():
+    result = run_experiment(ExperimentConfig.from_dict({
+        "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]}, "rounds": 2,
+        "eval_every": 2, "clients_per_round": 8, "local_steps": 2, "batch_size": 16, "lr": 0.2,
+        "attack": {"name": "badnets", "level": 0.2}, "aggregator": {"name": "deepsight", "samples": 100}}))
+    assert 0 < result["final"]["acc_pooled"] <= 1
+
+
+def test_a_direct_call_without_the_probe_is_one_clear_error():
+    with pytest.raises(ConfigError, match="needs the round's global model and the engine's probe"):
+        deepsight(torch.ones(3, 4), weights=torch.ones(3), losses=None, f=0)
+
+
+@pytest.mark.parametrize("params, message", [({"seeds": 0}, "seeds must be a whole number >= 1"),
+                                             ({"samples": 0}, "samples must be a whole number >= 1"),
+                                             ({"tau": 0.0}, "0 < tau <= 1"), ({"threshold": 2.0}, "0 <= threshold <= 1")])
+def test_bad_deepsight_settings_fail_before_training(params, message):
+    with pytest.raises(ConfigError, match=message):
+        check_aggregator({"name": "deepsight", **params}, n=10, f=2)
