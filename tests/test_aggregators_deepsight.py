@@ -2,6 +2,8 @@
 answer (honest models of many labels, a cluster of single-label backdoor models), a run through the engine's probe,
 and bad input in one line."""
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -60,6 +62,30 @@ def test_the_single_label_cluster_is_dropped_and_the_honest_models_kept():
     assert torch.allclose(out, (honest * scale[:, None]).mean(0))
 
 
+def test_a_pair_of_backdoor_models_among_ten_is_dropped():
+    # a round of the quick suite's size: 8 honest models over every class, 2 attackers pushing class 0
+    probe = linear_probe()
+    gen = torch.Generator().manual_seed(3)
+    honest = 0.05 * torch.randn(8, probe.model.dim, generator=gen, dtype=torch.float64) + 0.2
+    bad = torch.zeros(2, probe.model.dim, dtype=torch.float64)
+    bad[:, :3], bad[:, 12] = 0.5, 0.5  # class 0's weight row and bias
+    draw = RoundDraw(torch.arange(10), model=torch.zeros(probe.model.dim, dtype=torch.float64), probe=probe)
+    out = deepsight(torch.cat([honest, bad]), weights=torch.ones(10), losses=None, f=0, samples=200, round=draw)
+    bound = float(np.median(torch.cat([honest, bad]).norm(dim=1).numpy()))
+    assert torch.allclose(out, (honest * (bound / honest.norm(dim=1)).clamp(max=1.0)[:, None]).mean(0))
+
+
+@pytest.mark.parametrize("module, task, message", [
+    (torch.nn.Linear(3, 1), "binary_pm1", "needs a classification task of 2 or more classes"),
+    (torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4, bias=False)), "classification",
+     "reads the output layer's weight \\[4, inputs\\] and bias \\[4\\]"),
+])
+def test_a_model_without_a_class_output_layer_is_refused_before_training(module, task, message):
+    dataset = types.SimpleNamespace(num_classes=4, input_shape=(3,), meta={}, clients=[])
+    with pytest.raises(ConfigError, match=message):
+        Probe.of(FlatModel(module, task), dataset, 0, torch.device("cpu"), "deepsight")
+
+
 def test_a_run_probes_the_models_on_the_server():
     result = run_experiment(ExperimentConfig.from_dict({
         "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]}, "rounds": 2,
@@ -75,6 +101,7 @@ def test_a_direct_call_without_the_probe_is_one_clear_error():
 
 @pytest.mark.parametrize("params, message", [({"seeds": 0}, "seeds must be a whole number >= 1"),
                                              ({"samples": 0}, "samples must be a whole number >= 1"),
+                                             ({"seeds": 9}, "seeds must be a whole number >= 1 and <= 8"),
                                              ({"tau": 0.0}, "0 < tau <= 1"), ({"threshold": 2.0}, "0 <= threshold <= 1")])
 def test_bad_deepsight_settings_fail_before_training(params, message):
     with pytest.raises(ConfigError, match=message):

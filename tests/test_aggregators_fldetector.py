@@ -74,9 +74,12 @@ def quadratic_rounds(rounds, seed=0, clients=12, bad=(9, 10, 11)):
     return server
 
 
-def test_the_inconsistent_clients_and_only_they_are_removed():
+def test_the_inconsistent_clients_and_only_they_are_removed_once():
     server = quadratic_rounds(6)
     assert torch.nonzero(server[EXCLUDED]).flatten().tolist() == [9, 10, 11]
+    # detection ends at the first attack found (as the authors'): later rounds remove no honest client
+    later = quadratic_rounds(30)
+    assert torch.nonzero(later[EXCLUDED]).flatten().tolist() == [9, 10, 11] and bool(later["fldetector_detected"])
 
 
 def test_detection_aligns_an_older_shorter_exclusion_table_to_the_scores():
@@ -106,13 +109,16 @@ def test_the_draw_never_holds_a_removed_client_and_is_unchanged_without_one():
         drawn = drawn_clients(4, "proportional", sizes, 5, t, excluded)
         assert len(drawn) == 5 and not excluded[drawn].any()
     assert sorted(drawn_clients(0, "uniform", sizes, 19, 0, excluded)) == sorted(set(range(20)) - {3, 7, 15})
+    with pytest.raises(ValueError, match="removed every client"):
+        drawn_clients(0, "uniform", sizes, 5, 0, np.ones(20, dtype=bool))
 
 
 def small_config(rounds):
     return ExperimentConfig.from_dict({
         "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]}, "rounds": rounds,
         "eval_every": 2, "clients_per_round": 8, "local_steps": 2, "batch_size": 16, "lr": 0.2,
-        "attack": {"name": "model_replacement", "level": 0.2}, "aggregator": {"name": "fldetector", "start": 2}})
+        "attack": {"name": "model_replacement", "level": 0.2},
+        "aggregator": {"name": "fldetector", "start": 2, "min_scores": 1}})
 
 
 def test_a_run_stops_drawing_removed_clients_and_resumes_to_the_uninterrupted_numbers(tmp_path):
@@ -131,7 +137,8 @@ def test_a_run_stops_drawing_removed_clients_and_resumes_to_the_uninterrupted_nu
 
 
 @pytest.mark.parametrize("params, message", [({"window": 0}, "window must be a whole number >= 1"),
-                                             ({"start": 1.5}, "start must be a whole number"), ({"start": 0}, "start must be a whole number >= 1")])
+                                             ({"start": 1.5}, "start must be a whole number"), ({"start": 0}, "start must be a whole number >= 1"),
+                                             ({"min_scores": 0}, "min_scores must be a whole number >= 1")])
 def test_bad_fldetector_settings_fail_before_training(params, message):
     with pytest.raises(ConfigError, match=message):
         check_aggregator({"name": "fldetector", **params}, n=10, f=2)

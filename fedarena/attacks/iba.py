@@ -92,7 +92,7 @@ def train_generator(state: dict, view: AttackView, gen: torch.Generator, *, init
             hits += int((out.argmax(-1) == target).sum())
         if hits >= STOP_SUCCESS * len(view.y):
             break
-    return {**state, GENERATOR: params.detach().cpu(), "eps": torch.tensor(trigger["eps"])}
+    return {**state, GENERATOR: params.detach().cpu(), "eps": torch.tensor(trigger["eps"], dtype=torch.float64)}
 
 
 def poison_round(x: torch.Tensor, y: torch.Tensor, owner: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *,

@@ -27,17 +27,40 @@ def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, r
     arrive, in order, are distributed as successive draws. ``excluded`` (bool, the first clients; a rule removed
     them, FLDetector) never arrive: the draw is among the others, all of them where fewer than ``per_round`` remain;
     the others' draws are those of a run where the removed ones lost every race."""
-    weights = np.asarray(sizes, dtype=np.float64)
-    arrival = -np.log1p(-keyed_uniforms(seed, SAMPLING, round_idx, np.arange(len(weights)), 1)[:, 0])
-    if sampling == "proportional":
-        arrival = arrival / weights
-    available = len(weights)
+    arrival = _arrivals(seed, sampling, sizes, np.array([round_idx]))[0]
+    available = len(arrival)
     if excluded is not None and excluded.any():
         arrival[np.flatnonzero(excluded)] = np.inf
         available -= int(excluded.sum())
-    per_round = min(per_round, available)
-    first = np.argpartition(arrival, per_round - 1)[:per_round] if per_round < len(weights) else np.arange(len(weights))
-    return first[np.argsort(arrival[first], kind="stable")]
+        if available < 1:
+            raise ValueError(f"round {round_idx}: the server rule removed every client; none is left to draw")
+    return _first_to_arrive(arrival[None], min(per_round, available))[0]
+
+
+def drawn_clients_of_rounds(seed: int, sampling: str, sizes: np.ndarray, per_round: int,
+                            rounds: np.ndarray) -> np.ndarray:
+    """[len(rounds), per_round]: ``drawn_clients`` of several rounds (no exclusions) in one pass, row r equal to
+    round ``rounds[r]``'s draw."""
+    return _first_to_arrive(_arrivals(seed, sampling, sizes, np.asarray(rounds)), min(per_round, len(sizes)))
+
+
+def _arrivals(seed: int, sampling: str, sizes: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """[len(rounds), clients] each client's exponential arrival time in each round."""
+    weights = np.asarray(sizes, dtype=np.float64)
+    clients = np.tile(np.arange(len(weights)), len(rounds))
+    uniforms = keyed_uniforms(seed, SAMPLING, np.repeat(rounds, len(weights)), clients, 1)[:, 0]
+    arrival = -np.log1p(-uniforms).reshape(len(rounds), len(weights))
+    return arrival / weights if sampling == "proportional" else arrival
+
+
+def _first_to_arrive(arrival: np.ndarray, count: int) -> np.ndarray:
+    """[rows, count]: per row, the ``count`` earliest arrivals in order (distinct times: a unique order)."""
+    if count < arrival.shape[1]:
+        first = np.argpartition(arrival, count - 1, axis=1)[:, :count]
+    else:
+        first = np.broadcast_to(np.arange(arrival.shape[1]), arrival.shape)
+    order = np.argsort(np.take_along_axis(arrival, first, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(first, order, axis=1)
 
 
 def most_participation(seed: int, sampling: str, sizes: np.ndarray, per_round: int, rounds: int) -> np.ndarray:
@@ -92,8 +115,23 @@ class Pooled:
         return torch.as_tensor(idx, device=self.x.device), torch.as_tensor(real, device=self.x.device)
 
 
+def plan_schedule(sizes: np.ndarray, steps: int, epochs: int, batch_size: int):
+    """Per client of these training ``sizes``: (batch size b, batches per permutation, permutations, steps)."""
+    b = np.minimum(batch_size, sizes)
+    per_pass = -(-sizes // b) if epochs else sizes // b  # batches one permutation gives
+    passes = np.full(len(sizes), epochs) if epochs else -(-steps // per_pass)
+    own_steps = epochs * per_pass if epochs else np.full(len(sizes), steps)
+    return b, per_pass, passes, own_steps
+
+
+def plan_shape(sizes: np.ndarray, steps: int, epochs: int, batch_size: int) -> tuple[int, int]:
+    """(steps S, width W) of the plan of clients with these training ``sizes`` (``round_plan``'s [S, n, W])."""
+    own_steps = plan_schedule(sizes, steps, epochs, batch_size)[3]
+    return int(own_steps.max()), min(batch_size, int(sizes.max()))
+
+
 def round_plan(
-    pooled: Pooled, ids: np.ndarray, steps: int, epochs: int, batch_size: int, seed: int, round_idx: int
+    pooled: Pooled, ids: np.ndarray, steps: int, epochs: int, batch_size: int, seed: int, round_idx: int | np.ndarray
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pooled indices [S, n, B], sample mask [S, n, B] and step activity [S, n] for clients ``ids``.
 
@@ -103,14 +141,12 @@ def round_plan(
     0): ``steps`` full batches of b = min(B, size), each from within one permutation (a new permutation once
     fewer than b samples are left in the current one, as the reference's batch generator), so no batch holds
     a sample twice. Epoch mode: ``epochs`` passes, each a permutation cut into ceil(size / b) batches (the
-    last one partial). All clients at once, in a few array operations.
+    last one partial). All clients at once, in a few array operations. ``round_idx`` may give each client its own
+    round (an array as long as ``ids``: several rounds' plans in one call, ``simulation.ahead``).
     """
     ids = np.asarray(ids, dtype=np.int64)
     sizes = pooled.sizes[ids].astype(np.int64)
-    b = np.minimum(batch_size, sizes)
-    per_pass = -(-sizes // b) if epochs else sizes // b  # batches one permutation gives
-    passes = np.full(len(ids), epochs) if epochs else -(-steps // per_pass)
-    own_steps = epochs * per_pass if epochs else np.full(len(ids), steps)
+    b, per_pass, passes, own_steps = plan_schedule(sizes, steps, epochs, batch_size)
     longest, width_all = int(passes.max()), int(sizes.max())
     # pass p of client j sorts uniforms p * size_j ... (p + 1) * size_j - 1 of its own sequence: nothing depends
     # on the other clients of the call

@@ -85,6 +85,8 @@ def draw_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np
     the clients in the order drawn, never one the server rule removed (``server[EXCLUDED]``)."""
     cfg = trial.cfg
     excluded = None if server is None or EXCLUDED not in server else server[EXCLUDED].cpu().numpy()
+    if excluded is None and trial.ahead is not None:  # the same draw, computed with the next rounds' (a cache)
+        return trial.ahead.drawn(round_idx).copy()
     return drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, cfg.clients_per_round, round_idx, excluded)
 
 
@@ -154,7 +156,10 @@ def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     ``budget`` [n]: client j trains only its first ``budget[j]`` steps (the rest are inactive)."""
     cfg = trial.cfg
     ids = torch.as_tensor(group, device=trial.device)
-    index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
+    if trial.ahead is not None:  # the same plan, computed with the next rounds' where it can be (a cache)
+        index, mask, active = trial.ahead.plan(pool, group, round_idx, steps, epochs)
+    else:
+        index, mask, active = round_plan(pool, group, steps, epochs, cfg.batch_size, cfg.seed, round_idx)
     if budget is not None:
         step_no = torch.arange(index.shape[0], device=active.device)[:, None]
         within = step_no < torch.as_tensor(budget, device=active.device)

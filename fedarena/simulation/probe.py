@@ -36,10 +36,15 @@ class Probe:
 
     @classmethod
     def of(cls, model: FlatModel, dataset: FederatedDataset, seed: int, device: torch.device, rule: str) -> Probe:
+        if model.task != "classification" or dataset.num_classes < 2:
+            raise ConfigError(f"aggregator {rule!r} compares the models' class probabilities: it needs a "
+                              f"classification task of 2 or more classes; got a {model.task} task of "
+                              f"{dataset.num_classes} classes")
         weight, bias = model.shapes[-2:] if len(model.shapes) >= 2 else (None, None)
-        if weight is None or len(weight) != 2 or len(bias) != 1 or weight[0] != bias[0]:
-            raise ConfigError(f"aggregator {rule!r} reads the output layer's weight [classes, inputs] and bias "
-                              f"[classes], the model's last two parameters; this model's end in "
+        classes = dataset.num_classes
+        if weight is None or len(weight) != 2 or len(bias) != 1 or not weight[0] == bias[0] == classes:
+            raise ConfigError(f"aggregator {rule!r} reads the output layer's weight [{classes}, inputs] and bias "
+                              f"[{classes}], the model's last two parameters; this model's end in "
                               f"{[tuple(s) for s in model.shapes[-2:]]}")
         return cls(model, tuple(dataset.input_shape), black_value(dataset), white_value(dataset), seed, device)
 

@@ -25,6 +25,7 @@ from fedarena.models.functional import model_from
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
+from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation
 from fedarena.simulation.probe import Probe
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
@@ -55,6 +56,7 @@ class Trial:
     root: Pooled | None = None  # the server's clean root set (one pseudo-client), for rules that need_root
     privacy: PrivacyPlan | None = None  # differential privacy's mechanism (None: none)
     probe: Probe | None = None  # the server's probe of the models, for a rule that ``needs_probe`` (DeepSight)
+    ahead: RoundsAhead | None = None  # the next rounds' draws and plans, computed several at a time (a cache)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -82,7 +84,9 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
                  make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                  *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
-                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device))
+                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device),
+                 ahead=RoundsAhead(pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps,
+                                   cfg.local_epochs, cfg.batch_size))
 
 
 def server_probe(cfg: ResolvedConfig, aggregate, model: FlatModel, dataset: FederatedDataset,

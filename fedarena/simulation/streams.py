@@ -45,19 +45,29 @@ def _mix64_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def keyed_bits(seed: int, tag: int, round_idx: int, keys: np.ndarray, count: int) -> np.ndarray:
-    """[len(keys), count] uint64 words: row j is the SplitMix64 sequence of the key (seed, tag, round, keys[j]),
-    so a row depends on its own key alone (not on which other keys are drawn with it)."""
+def _key_state(seed: int, tag: int, round_idx: int) -> int:
     state = 0
     for part in (seed, tag, round_idx):  # Python integers: numpy scalars cost microseconds an operation
         state = _mix64_int((state + (part + 1) * _GAMMA) & _MASK)
+    return state
+
+
+def keyed_bits(seed: int, tag: int, round_idx: int | np.ndarray, keys: np.ndarray, count: int) -> np.ndarray:
+    """[len(keys), count] uint64 words: row j is the SplitMix64 sequence of the key (seed, tag, round, keys[j]),
+    so a row depends on its own key alone (not on which other keys are drawn with it). ``round_idx`` may give
+    each row its own round (an array as long as ``keys``): the rows of several rounds in one pass."""
+    if np.ndim(round_idx) == 0:
+        state = np.uint64(_key_state(seed, tag, int(round_idx)))
+    else:
+        rounds, where = np.unique(np.asarray(round_idx, dtype=np.int64), return_inverse=True)
+        state = np.array([_key_state(seed, tag, int(r)) for r in rounds], dtype=np.uint64)[where]
     with np.errstate(over="ignore"):
-        rows = _mix64(np.uint64(state) + (np.asarray(keys, dtype=np.uint64) + np.uint64(1)) * GOLDEN_GAMMA)
+        rows = _mix64(state + (np.asarray(keys, dtype=np.uint64) + np.uint64(1)) * GOLDEN_GAMMA)
         counters = (np.arange(1, count + 1, dtype=np.uint64) * GOLDEN_GAMMA)[None, :]
         return _mix64(rows[:, None] + counters)
 
 
-def keyed_uniforms(seed: int, tag: int, round_idx: int, keys: np.ndarray, count: int) -> np.ndarray:
+def keyed_uniforms(seed: int, tag: int, round_idx: int | np.ndarray, keys: np.ndarray, count: int) -> np.ndarray:
     """``keyed_bits`` as uniforms in [0, 1) (their top 53 bits)."""
     return (keyed_bits(seed, tag, round_idx, keys, count) >> np.uint64(11)).astype(np.float64) * 2.0**-53
 

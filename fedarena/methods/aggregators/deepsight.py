@@ -12,7 +12,8 @@ authors released no code). Per client, from its update:
   ``simulation.probe``), the mean over the inputs of p_local(x)_k / (p_global(x)_k + 1e-6), one [classes] vector per
   set: (n + 1) x seeds x samples forward passes a round (the defaults: 60,000 inputs a model);
 - the cosine distances of the output-layer bias updates.
-HDBSCAN (scikit-learn's, ``min_samples`` 3 and its minimum cluster size 5, capped at n) clusters the NEUPs, each
+HDBSCAN (scikit-learn's, ``min_samples`` 1 and minimum cluster size 2: a pair of like models is a cluster; FLPoison's
+3 and 5 leave every model noise in a round of 10 devices with 2 attackers) clusters the NEUPs, each
 DDif set and the cosine distances; two models' ensemble distance is the share of those clusterings (the DDif sets
 averaged into one) that part them; HDBSCAN on the ensemble distance (``allow_single_cluster``) gives the final
 clusters. A cluster is accepted where fewer than ``tau`` of its models are suspicious; a model HDBSCAN leaves as
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.cluster import HDBSCAN
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
@@ -38,15 +38,19 @@ from fedarena.methods.aggregators.base import (
 from fedarena.methods.aggregators.flame import cosine_distances
 
 RATIO_GUARD = 1e-6  # FLPoison's epsilon: p_local / (p_global + 1e-6)
-MIN_SAMPLES, MIN_CLUSTER = 3, 5  # FLPoison's HDBSCAN min_samples; scikit-learn's default min_cluster_size
+# HDBSCAN's smallest settings: a pair of like models is a cluster. FLPoison's (min_samples 3, min_cluster_size 5)
+# leave every model noise in a round of 10 with 2 attackers, and the ensemble then one cluster of all
+MIN_SAMPLES, MIN_CLUSTER = 1, 2
+MAX_SEEDS = 8  # noise sets, each a key of the stream AGGREGATE (simulation.probe)
 
 
 def check_deepsight(n: int, f: int, *, seeds: int = 3, samples: int = 20000, tau: float = 1 / 3,
                     threshold: float = 0.01) -> None:
     check_common(n, f)
-    for name, value in (("seeds", seeds), ("samples", samples)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"deepsight's {name} must be a whole number >= 1, got {value!r}")
+    for name, value, most in (("seeds", seeds, MAX_SEEDS), ("samples", samples, None)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (most and value > most):
+            bound = f" and <= {most}" if most else ""
+            raise ConfigError(f"deepsight's {name} must be a whole number >= 1{bound}, got {value!r}")
     if not 0 < tau <= 1 or not 0 <= threshold <= 1:
         raise ConfigError(f"deepsight needs 0 < tau <= 1 and 0 <= threshold <= 1; got tau={tau}, threshold={threshold}")
 
@@ -74,7 +78,9 @@ def cluster_labels(points: np.ndarray, *, precomputed: bool = False, single: boo
     n = points.shape[0]
     if n < 2:
         return np.zeros(n, dtype=np.int64)
-    model = HDBSCAN(min_samples=min(MIN_SAMPLES, n), min_cluster_size=min(MIN_CLUSTER, n),
+    from sklearn.cluster import HDBSCAN  # imported on use: scikit-learn is slow to import
+
+    model = HDBSCAN(min_samples=MIN_SAMPLES, min_cluster_size=MIN_CLUSTER,
                     metric="precomputed" if precomputed else "euclidean", allow_single_cluster=single,
                     copy=True)
     labels = model.fit_predict(points).astype(np.int64)

@@ -1,20 +1,24 @@
 """FLDetector (Zhang, Cao, Jia and Gong, KDD 2022): flag the clients whose updates disagree with the ones predicted
 from their own history, and remove them from later rounds.
 
-Variant: the authors' code (zaixizhang/FLDetector, ``train_*.py`` and ``nd_aggregation.py``): the predicted update of
-a client is its previous update plus an L-BFGS Hessian-vector product (``lbfgs_product``, their ``lbfgs``, the compact
-representation of Byrd, Nocedal and Schnabel 1994, with ``window`` pairs of the global model's differences and the
-aggregate's), its distance the L2 norm of the difference, normalised over the round; a client's suspicion score is the
-mean of its last ``window`` distances; the gap statistic (their ``detection1``: k = 1..7, 10 uniform references)
-decides whether the scores form more than one cluster, and then 2-means (their ``detection``) flags the cluster of
-higher mean. Departures, for partial participation (the paper has every client in every round): a client's prediction
-starts from its *last* update and the model it was computed at, ``v = w_t - w_tau``; its distance is normalised by the
-round's mean distance (theirs: the sum, the same up to the count when every client takes part, comparable across
-rounds of different counts here); detection runs from the rule's ``start``-th round on the scored clients (at least
-eight: k goes to 7) still in the federation; k-means is the exact 1-D optimum (``kmeans_1d``; their scikit-learn
-KMeans seeks it from random starts) and the references come from the round's seed. Flagged clients are excluded
-(``EXCLUDED``: the engine stops drawing them) and this round's aggregate is the weighted mean of the rows not flagged
-(the paper's FedAvg variant; where it restarts training after a detection, the run goes on without them).
+Variant: the authors' code (zaixizhang/FLDetector, ``train_*.py`` and ``nd_aggregation.py``): the predicted update
+of a client is its previous update plus an L-BFGS Hessian-vector product (``lbfgs_product``, their ``lbfgs``, the
+compact representation of Byrd, Nocedal and Schnabel 1994, with ``window`` pairs of the global model's differences
+and the aggregate's), its distance the L2 norm of the difference, normalised over the round; a client's suspicion
+score is the mean of its last ``window`` distances; the gap statistic (their ``detection1``: k = 1..7, 10 uniform
+references) decides whether the scores form more than one cluster, and then 2-means (their ``detection``) flags the
+cluster of higher mean. Departures, for partial participation (the paper has every client in every round): a
+client's prediction starts from its *last* update and the model it was computed at, ``v = w_t - w_tau``; its
+distance is normalised by the round's mean distance (theirs: the sum, the same up to the count when every client
+takes part, comparable across rounds of different counts here); detection runs from the rule's ``start``-th round on
+the scored clients (at least eight: k goes to 7) with at least ``min_scores`` distances each (3: with one or two,
+the gap statistic splits honest clients of unlike data in a third of clean quick runs) until it first finds an
+attack, once, as theirs (run again and again, a gap statistic that splits honest scores would remove honest clients
+round after round); k-means is the exact 1-D optimum (``kmeans_1d``; their scikit-learn KMeans seeks it from random
+starts) and the references come from the round's seed. Flagged clients are excluded (``EXCLUDED``: the engine stops
+drawing them) and this round's aggregate is the weighted mean of the rows not flagged (the paper's FedAvg variant;
+where it restarts training after the detection, the run goes on without them). Memory: two [clients, d] tables (each
+client's last update and the model it was computed at), twice FoolsGold's history.
 """
 
 from __future__ import annotations
@@ -35,9 +39,9 @@ KEY = "fldetector_"  # the prefix of the rule's entries in the server's state
 MAX_K, REFERENCES, MIN_SCORED = 7, 10, 8  # the authors' gap statistic: k = 1..7, 10 uniform references
 
 
-def check_fldetector(n: int, f: int, *, window: int = 10, start: int = 10) -> None:
+def check_fldetector(n: int, f: int, *, window: int = 10, start: int = 10, min_scores: int = 3) -> None:
     check_common(n, f)
-    for name, value in (("window", window), ("start", start)):
+    for name, value in (("window", window), ("start", start), ("min_scores", min_scores)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"fldetector's {name} must be a whole number >= 1, got {value!r}")
 
@@ -77,16 +81,17 @@ def kmeans_1d(x: torch.Tensor, k_max: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def attack_detected(scores: torch.Tensor, gen: torch.Generator) -> bool:
-    """The authors' gap statistic (``detection1``): scores scaled to [0, 1]; the first k with
-    gap(k) >= gap(k + 1) - sd(k + 1) is the number of clusters; an attack where it is not 1."""
+    """The authors' gap statistic (``detection1``): scores scaled to [0, 1]; for each k, 10 sets of uniform
+    references drawn anew (as theirs); the first k with gap(k) >= gap(k + 1) - sd(k + 1) is the number of
+    clusters; an attack where it is not 1."""
     low, high = scores.min(), scores.max()
     if not bool(high > low):
         return False
     scaled = (scores.double() - low) / (high - low)
     k_max = min(MAX_K, scaled.numel())
     within = kmeans_1d(scaled, k_max)[0]
-    refs = torch.rand(REFERENCES, scaled.numel(), generator=gen, dtype=torch.float64)
-    ref_within = torch.stack([kmeans_1d(r, k_max)[0] for r in refs])  # [REFERENCES, k_max]
+    refs = torch.rand(k_max, REFERENCES, scaled.numel(), generator=gen, dtype=torch.float64)
+    ref_within = torch.stack([torch.stack([kmeans_1d(r, k + 1)[0][k] for r in refs[k]]) for k in range(k_max)], 1)
     gaps = ref_within.mean(0).log() - within.log()
     spread = ((1.0 + REFERENCES) / REFERENCES) ** 0.5 * ref_within.log().std(0, unbiased=False)
     for k in range(1, k_max):
@@ -141,21 +146,24 @@ def record_scores(server: dict, ids: torch.Tensor, dist: torch.Tensor, rows: int
     server[KEY + "scores"] = scores.index_copy(0, ids[scored], shifted[scored])
 
 
-def detect(server: dict, gen: torch.Generator, device) -> None:
-    """Flag, among the clients still in and scored, the upper 2-means cluster of suspicion where the gap statistic
-    finds an attack; add them to ``server[EXCLUDED]``."""
+def detect(server: dict, gen: torch.Generator, device, min_scores: int = 1) -> None:
+    """Once (the authors' detection ends their run): where the gap statistic finds an attack among the clients
+    with at least ``min_scores`` distances, flag the upper 2-means cluster of suspicion (``server[EXCLUDED]``) and
+    stop detecting."""
     scores = server.get(KEY + "scores")
-    if scores is None:
+    if scores is None or KEY + "detected" in server:
         return
     # the tables grow with the highest id seen so far, each when it is written: align the exclusions to the scores
     excluded = table(server, EXCLUDED, scores.shape[0], (), False, torch.zeros(0, device=device))
-    candidates = torch.nonzero(~excluded[: scores.shape[0]] & ~scores.isnan().all(1)).flatten()
+    enough = (~scores.isnan()).sum(1) >= min_scores
+    candidates = torch.nonzero(~excluded[: scores.shape[0]] & enough).flatten()
     if candidates.numel() < MIN_SCORED:
         return
     suspicion = scores[candidates].nanmean(1)
     if attack_detected(suspicion.cpu(), gen):
         upper = kmeans_1d(suspicion.cpu(), 2)[1].to(candidates.device)
         server[EXCLUDED] = excluded.index_fill(0, candidates[upper], True)
+        server[KEY + "detected"] = torch.tensor(True)
 
 
 def update_pairs(server: dict, model: torch.Tensor, aggregate: torch.Tensor, window: int) -> None:
@@ -172,9 +180,10 @@ def update_pairs(server: dict, model: torch.Tensor, aggregate: torch.Tensor, win
 
 @aggregator("fldetector", check=check_fldetector, needs_round=True, per_client=True, excludes=True)
 def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, window: int = 10,
-               start: int = 10, round: RoundDraw | None = None) -> torch.Tensor:
+               start: int = 10, min_scores: int = 3, round: RoundDraw | None = None) -> torch.Tensor:
     """FLDetector (Zhang et al., KDD 2022; see the module): score each client by how far its update is from the one
-    its history predicts, flag the suspicious cluster once the rule has aggregated ``start`` rounds, and average
+    its history predicts, flag the suspicious cluster among the clients with ``min_scores`` distances once the rule has
+    aggregated ``start`` rounds, and average
     (with the aggregation weights) the rows of the clients not flagged; f is not read. Called directly (no round),
     the rows are clients 0..n-1 with no history: the weighted mean."""
     check_updates(updates, f)
@@ -188,7 +197,7 @@ def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Te
     done = int(server.get(KEY + "rounds", torch.zeros(())).item()) + 1
     server[KEY + "rounds"] = torch.tensor(done)
     if done >= start:
-        detect(server, draw.generator(), updates.device)
+        detect(server, draw.generator(), updates.device, min_scores)
     kept = ~table(server, EXCLUDED, rows, (), False, updates)[ids]
     mean = updates.new_zeros(d)
     if bool(kept.any()):
