@@ -9,7 +9,7 @@ from torch import nn
 from fedarena.config import ExperimentConfig
 from fedarena.models.backends import Backend, auto_backend, make_backend
 from fedarena.models.batch import Batch
-from fedarena.models.dense import dense_grad, dense_plan
+from fedarena.models.dense import DensePlan, dense_descend_, dense_grad, dense_local_sgd, dense_plan
 from fedarena.models.functional import FlatModel
 from fedarena.models.zoo import MODELS
 from fedarena.simulation.experiment import run_experiment
@@ -136,3 +136,37 @@ def test_a_run_records_the_backend_auto_chose_and_matches_a_run_fixed_to_it():
     fixed = run_experiment(ExperimentConfig.from_dict({**common, "backend": "batched"}))
     assert auto["config"]["backend"] == "auto" and auto["backend"] == "batched"
     assert auto["history"] and json.dumps(auto["history"]) == json.dumps(fixed["history"])  # same numbers (NaN too)
+
+
+@pytest.mark.parametrize("widths, steps, clients", [((64, 200, 200, 10), 2, 10), ((8, 4), 5, 3), ((30, 7, 5), 1, 1)])
+def test_fused_local_sgd_is_the_stepped_loop_bit_for_bit(widths, steps, clients):
+    # Prepare: random layers, minibatches with padding, steps where some clients are inactive
+    gen = torch.Generator().manual_seed(sum(widths) + steps)
+    plan = DensePlan(tuple(zip(widths[1:], widths[:-1], strict=True)), True)
+    w = 0.1 * torch.randn(sum(o * i + o for o, i in plan.shapes), generator=gen)
+    x = torch.randn(steps, clients, 9, widths[0], generator=gen)
+    y = torch.randint(0, widths[-1], (steps, clients, 9), generator=gen)
+    mask = (torch.rand(steps, clients, 9, generator=gen) > 0.2).float()
+    scale = torch.rand(steps, clients, generator=gen) * (torch.rand(steps, clients, generator=gen) > 0.3)
+    # Execute: a copy of w per client, stepped in place, minus w; and the fused path
+    local = w.expand(clients, -1).clone()
+    for s in range(steps):
+        dense_descend_(plan, local, x[s], y[s], mask[s], scale[s])
+    fused = dense_local_sgd(plan, w, x, y, mask, scale)
+    # Assert: the same numbers, not merely close ones (no version bump: tests/identity_sweep.py agrees)
+    assert torch.equal(fused, local - w)
+
+
+def test_the_engine_fuses_plain_sgd_on_a_cpu_to_the_stepped_numbers(monkeypatch):
+    import fedarena.simulation.engine as engine
+    from fedarena.simulation.setup import build_trial
+
+    cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp",
+                                      "hidden": [16]}, "rounds": 3, "clients_per_round": 5, "local_steps": 3,
+                                      "batch_size": 8, "lr": 0.1, "backend": "batched"})
+    fused = build_trial(cfg)
+    assert fused.method.trains_plain_sgd and fused.backend.fuses_local_sgd((64,), torch.device("cpu"))
+    fused_state, _ = engine.simulate(fused)
+    monkeypatch.setattr(Backend, "fuses_local_sgd", lambda self, shape, device: False)
+    stepped_state, _ = engine.simulate(build_trial(cfg))
+    assert torch.equal(fused_state.w, stepped_state.w)

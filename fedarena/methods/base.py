@@ -77,6 +77,14 @@ class Method:
         """The per-client state at the start (``sizes``: every client's training sample count)."""
         return {}
 
+    @property
+    def trains_plain_sgd(self) -> bool:
+        """Whether local training is this class's: plain SGD from the global model, the update sent as it is (the
+        engine may then run it fused, ``Backend.local_sgd``); a method overriding any of the three is stepped."""
+        cls = type(self)
+        return (cls.local_init is Method.local_init and cls.local_step is Method.local_step
+                and cls.local_result is Method.local_result)
+
     def local_init(self, w: torch.Tensor, clients: dict, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"w": w.expand(len(ids), -1).clone()}
 

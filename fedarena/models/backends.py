@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import grad_and_value, vmap
 
 from fedarena.models.batch import Batch
-from fedarena.models.dense import dense_descend_, dense_grad
+from fedarena.models.dense import dense_descend_, dense_grad, dense_local_sgd
 from fedarena.models.functional import FlatModel
 
 EVAL_SALT = 0x5BD1E995  # decorrelates a step's evaluation masks from its training masks
@@ -62,6 +62,18 @@ class Backend:
             dense_descend_(self.model.dense, params, batch.x, batch.y, batch.mask, scale)
             return
         params.addcmul_(scale[:, None], self.grad(params, batch)[1], value=-1.0)
+
+    def fuses_local_sgd(self, sample_shape: tuple[int, ...], device: torch.device) -> bool:
+        """Whether ``local_sgd`` runs for samples of this shape: the batched dense step on a CPU (on CUDA the
+        per-step path stays, whose update is one batched product and a subtraction)."""
+        return (device.type == "cpu" and self.dropout_key() is None and self.batched and self.model.dense is not None
+                and (self.model.dense.flattens or len(sample_shape) == 1))
+
+    def local_sgd(self, w: torch.Tensor, batches: Batch, lr: float) -> torch.Tensor:
+        """The updates [n, d] of plain local SGD from the global model w over a round's minibatches (each field
+        with a leading step axis), step size ``lr`` x the step's activity (where ``fuses_local_sgd``):
+        ``dense_local_sgd``, the numbers of ``descend_`` step after step without a copy of w per client."""
+        return dense_local_sgd(self.model.dense, w, batches.x, batches.y, batches.mask, lr * batches.active)
 
     def _takes_dense_step(self, batch: Batch) -> bool:
         """Whether this step trains through ``models.dense`` (a batched plain MLP without dropout)."""

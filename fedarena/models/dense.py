@@ -68,30 +68,98 @@ def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: to
     product below it yields the step itself; each layer's weights are updated in place once the product that
     needs them is done. No gradient is assembled and no loss value computed. Equal to the
     unfused gradient step within float32 rounding (engine version 2; ``tests/test_models_dense.py``)."""
-    n, batch = x.shape[:2]
     weights, biases = _layers(plan, params)
+    _sgd_step(weights, biases, x, y, _step_factor(scale, mask), in_place=True)
+
+
+def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
+                    scale: torch.Tensor) -> torch.Tensor:
+    """The updates [n, d] of n clients that each take the S steps of ``dense_descend_`` from the global model w [d]
+    on minibatches x [S, n, B, ...] (y, mask [S, n, B], step sizes ``scale`` [S, n]), then send their model minus w.
+
+    The same operations in the same order as cloning w for every client, descending in place and subtracting w, so
+    the same numbers (``tests/test_models_dense.py`` holds them equal bit for bit): only where each layer lives
+    differs. The first step reads w itself and writes each layer's new weights for all clients into one
+    contiguous tensor, so no copy of w per client is made and the later in-place products run as one batched
+    product per layer (a per-client view of a flat [n, d] tensor takes the per-client loop of a CPU's
+    ``baddbmm_``)."""
+    steps, n = x.shape[:2]
+    if steps == 0:
+        return w.new_zeros(n, w.numel())
+    globals_w, globals_b = _layers(plan, w[None])
+    weights, biases = [m[0] for m in globals_w], [b[0] for b in globals_b]  # shared by every client until step 0
+    factor = _step_factor(scale, mask)  # every step's at once
+    for s in range(steps):
+        weights, biases = _sgd_step(weights, biases, x[s], y[s], factor[s], in_place=s > 0)
+    updates = w.new_empty(n, w.numel())
+    chunks = torch.split(updates, plan.chunk_sizes, dim=1)
+    for i, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
+        torch.sub(weight.reshape(n, -1), globals_w[i].reshape(1, -1), out=chunks[2 * i])
+        torch.sub(bias, globals_b[i], out=chunks[2 * i + 1])
+    return updates
+
+
+SMALL_PRODUCT = 400  # ATen's CPU batched product multiplies below this many multiply-adds per matrix in a loop of its own
+
+
+def _one_product(w: torch.Tensor, batch: int) -> bool:
+    """Whether a shared layer's per-client products (batch x out x in each) may run as one product over every
+    client's samples and give the same numbers: where the batched product calls the BLAS matrix product as well
+    (ATen runs smaller ones in its own loop, whose sums may round otherwise)."""
+    return not w.is_cuda and w.shape[0] * w.shape[1] * batch >= SMALL_PRODUCT
+
+
+def _step_factor(scale: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[..., n, B] each sample's factor in its client's step: the step size x its weight in the client's mean."""
+    return (scale / mask.sum(-1).clamp_min(1)).unsqueeze(-1) * mask
+
+
+def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+              factor: torch.Tensor, in_place: bool) -> tuple[list, list]:
+    """One fused SGD step (``dense_descend_``) of layers ``weights`` [n, out, in] and ``biases`` [n, out] with the
+    samples' ``factor`` [n, B] (``_step_factor``), in place; or (``in_place`` false) from the global model's layers
+    [out, in] and [out], shared by every client, into new tensors [n, out, in] and [n, out]. Returns the layers.
+    Shared layers take one matrix product over all the clients' samples where each client's would be its own: the
+    same numbers (each output row is the same dot products), in larger, faster products."""
+    n, batch = x.shape[:2]
     h = x.reshape(n, batch, -1)
     inputs = [h]
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-        z = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+        if in_place or not _one_product(w, batch):
+            w_all = w if in_place else w.expand(n, -1, -1)
+            z = torch.baddbmm((b if in_place else b.expand(n, -1)).unsqueeze(1), h, w_all.transpose(1, 2))
+        else:
+            z = torch.addmm(b, h.reshape(n * batch, -1), w.t()).view(n, batch, -1)
         if i < last:
             h = torch.relu(z)
             inputs.append(h)
-    factor = (scale / mask.sum(1).clamp_min(1)).unsqueeze(1) * mask  # [n, B]: step size x weight in the mean
     dz = torch.softmax(z, -1)
     dz.scatter_add_(-1, y.unsqueeze(-1), dz.new_full((n, batch, 1), -1.0))  # softmax - one-hot
     dz.mul_(factor.unsqueeze(-1))
+    weights, biases = list(weights), list(biases)
     for i in range(last, -1, -1):
         w, b = weights[i], biases[i]
-        below = torch.bmm(dz, w) if i > 0 else None  # with the weights before this step
-        if w.is_cuda:  # one batched product, then the update (the in-place product's CPU path loops per client)
+        below = None
+        if i > 0:  # with the weights before this step
+            if in_place or not _one_product(w, batch):
+                below = torch.bmm(dz, w if in_place else w.expand(n, -1, -1))
+            else:
+                below = torch.mm(dz.reshape(n * batch, -1), w).view(n, batch, -1)
+        if not in_place:  # the global model's layers: each client's new ones into fresh tensors (the same arithmetic)
+            shared = w.expand(n, -1, -1)
+            weights[i] = torch.baddbmm(shared, dz.transpose(1, 2), inputs[i], alpha=-1.0) if not w.is_cuda else \
+                shared - torch.bmm(dz.transpose(1, 2), inputs[i])
+            biases[i] = b - dz.sum(1)
+        elif w.is_cuda:  # one batched product, then the update (the in-place product's CPU path loops per client)
             w.sub_(torch.bmm(dz.transpose(1, 2), inputs[i]))
-        else:  # on a CPU the per-client in-place products beat a product and a pass over the weights
+            b.sub_(dz.sum(1))
+        else:  # on a CPU the in-place products beat a product and a pass over the weights
             w.baddbmm_(dz.transpose(1, 2), inputs[i], alpha=-1.0)
-        b.sub_(dz.sum(1))
+            b.sub_(dz.sum(1))
         if i > 0:
             dz = torch.ops.aten.threshold_backward(below, inputs[i], 0)
+    return weights, biases
 
 
 def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedarena.simulation.data import Pooled, drawn_clients_of_rounds, plan_shape, round_plan
+from fedarena.simulation.data import Pooled, drawn_clients_of_rounds, plan_schedule, plan_shape, round_plan
 
-AHEAD = 8  # rounds drawn and planned together
+AHEAD = 16  # rounds drawn and planned together (more costs as much a round: the plans' arrays grow)
 
 
 @dataclass
@@ -49,29 +49,32 @@ class RoundsAhead:
                                                          and np.array_equal(pool.offsets, self.train.offsets))
         if cached is None or (steps, epochs) != (self.steps, self.epochs) or not same_layout:
             return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
-        ids, (index, mask, active) = cached
+        ids, whole = cached
+        if len(group) == len(ids) and np.array_equal(group, ids):  # the whole round (the batched backend)
+            return whole
         rows = np.searchsorted(ids, group)
         if not (rows < len(ids)).all() or not np.array_equal(ids[np.minimum(rows, len(ids) - 1)], group):
             return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
         num_steps, width = plan_shape(self.train.sizes[group].astype(np.int64), steps, epochs, self.batch_size)
-        if len(rows) == len(ids):  # the whole round (the batched backend): views, no copy
-            return index[:num_steps, :, :width], mask[:num_steps, :, :width], active[:num_steps]
+        index, mask, active = whole
         pick = torch.as_tensor(rows, device=index.device)
         return (index[:num_steps, pick, :width], mask[:num_steps, pick, :width], active[:num_steps, pick])
 
     def _fill(self, first: int) -> None:
-        """Draw and plan rounds ``first`` .. ``first + AHEAD - 1``, forgetting the earlier ones."""
+        """Draw and plan rounds ``first`` .. ``first + AHEAD - 1``, forgetting the earlier ones. Each round's plan
+        is a view of the block's, cut to that round's own steps and width."""
         rounds = np.arange(first, first + AHEAD)
         draws = drawn_clients_of_rounds(self.seed, self.sampling, self.train.sizes, self.per_round, rounds)
         ids = np.sort(draws, axis=1)
         index, mask, active = round_plan(self.train, ids.reshape(-1), self.steps, self.epochs, self.batch_size,
                                          self.seed, np.repeat(rounds, ids.shape[1]))
+        sizes = self.train.sizes[ids].astype(np.int64)  # [rounds, n]
+        own_steps = plan_schedule(sizes.reshape(-1), self.steps, self.epochs, self.batch_size)[3]
+        num_steps = own_steps.reshape(sizes.shape).max(1)
+        widths = np.minimum(self.batch_size, sizes.max(1))
+        n = ids.shape[1]
         self._draws = {int(r): d for r, d in zip(rounds, draws, strict=True)}
-        self._plans = {}
-        for r, (round_idx, round_ids) in enumerate(zip(rounds, ids, strict=True)):
-            num_steps, width = plan_shape(self.train.sizes[round_ids].astype(np.int64), self.steps, self.epochs,
-                                          self.batch_size)
-            cols = slice(r * ids.shape[1], (r + 1) * ids.shape[1])
-            self._plans[int(round_idx)] = (round_ids, (index[:num_steps, cols, :width].contiguous(),
-                                                       mask[:num_steps, cols, :width].contiguous(),
-                                                       active[:num_steps, cols].contiguous()))
+        self._plans = {
+            int(r): (ids[k], (index[:s, k * n:(k + 1) * n, :width], mask[:s, k * n:(k + 1) * n, :width],
+                              active[:s, k * n:(k + 1) * n]))
+            for k, (r, s, width) in enumerate(zip(rounds, num_steps.tolist(), widths.tolist(), strict=True))}
