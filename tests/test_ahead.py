@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedarena.simulation.ahead import AHEAD, RoundsAhead
-from fedarena.simulation.data import Pooled, drawn_clients, round_plan
+from fedarena.simulation.data import Pooled, drawn_clients, gather, round_plan
 
 
 def random_pool(rng, clients):
@@ -35,6 +35,17 @@ def test_rounds_ahead_equal_the_rounds_computed_alone(case):
             cached = ahead.plan(pool, group, t, steps, epochs)
             alone = round_plan(pool, group, steps, epochs, batch, seed, t)
             assert all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(cached, alone, strict=True))
+
+
+def test_the_blocks_minibatches_are_each_rounds_own_gather():
+    rng = np.random.default_rng(1)
+    pool = random_pool(rng, 20)
+    ahead = RoundsAhead(pool, 5, "proportional", 6, 3, 0, 8)
+    for t in range(AHEAD + 2):
+        ids = np.sort(ahead.drawn(t))
+        cached = ahead.batches(pool, ids, t, 3, 0)
+        alone = gather(pool, *round_plan(pool, ids, 3, 0, 8, 5, t))
+        assert all(torch.equal(getattr(cached, f), getattr(alone, f)) for f in ("x", "y", "mask", "active", "index"))
 
 
 def test_another_schedule_or_clients_are_planned_alone():

@@ -91,12 +91,8 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
     factor = _step_factor(scale, mask)  # every step's at once
     for s in range(steps):
         weights, biases = _sgd_step(weights, biases, x[s], y[s], factor[s], in_place=s > 0)
-    updates = w.new_empty(n, w.numel())
-    chunks = torch.split(updates, plan.chunk_sizes, dim=1)
-    for i, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
-        torch.sub(weight.reshape(n, -1), globals_w[i].reshape(1, -1), out=chunks[2 * i])
-        torch.sub(bias, globals_b[i], out=chunks[2 * i + 1])
-    return updates
+    return torch.cat([part for weight, bias in zip(weights, biases, strict=True)
+                      for part in (weight.reshape(n, -1), bias)], 1).sub_(w)
 
 
 SMALL_PRODUCT = 400  # ATen's CPU batched product multiplies below this many multiply-adds per matrix in a loop of its own

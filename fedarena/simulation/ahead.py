@@ -15,9 +15,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedarena.simulation.data import Pooled, drawn_clients_of_rounds, plan_schedule, plan_shape, round_plan
+from fedarena.models.batch import Batch
+from fedarena.simulation.data import (
+    Pooled,
+    drawn_clients_of_rounds,
+    gather,
+    plan_schedule,
+    plan_shape,
+    round_plan,
+)
 
 AHEAD = 16  # rounds drawn and planned together (more costs as much a round: the plans' arrays grow)
+GATHER_BYTES = 8 << 20  # a block's minibatches are gathered at once up to this size (small models' data)
 
 
 @dataclass
@@ -34,12 +43,33 @@ class RoundsAhead:
     batch_size: int
     _draws: dict[int, np.ndarray] = field(default_factory=dict)
     _plans: dict[int, tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+    _block: tuple | None = None  # the block's plan and, once gathered, its minibatches of ``train``
+    _cuts: dict[int, tuple[int, slice, int]] = field(default_factory=dict)  # each round's steps, columns, width
 
     def drawn(self, round_idx: int) -> np.ndarray:
         """The round's clients in the order drawn (``data.drawn_clients`` without exclusions)."""
         if round_idx not in self._draws:
             self._fill(round_idx)
         return self._draws[round_idx]
+
+    def batches(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int) -> Batch:
+        """``gather(pool, *plan(...))``: for a whole round of the training pool itself (no data attack changed it),
+        a view of the block's minibatches, gathered in one indexing for all its rounds where they are small
+        (``GATHER_BYTES``); else gathered for this round alone. The same tensors either way."""
+        plan = self.plan(pool, group, round_idx, steps, epochs)
+        cached = self._plans.get(round_idx)
+        if pool is not self.train or cached is None or plan is not cached[1] or self._block is None:
+            return gather(pool, *plan)
+        index, mask, active, gathered = self._block
+        if gathered is None:
+            row_bytes = int(np.prod(self.train.x.shape[1:])) * self.train.x.element_size()
+            if index.numel() * row_bytes > GATHER_BYTES:
+                return gather(pool, *plan)
+            gathered = gather(self.train, index, mask, active)
+            self._block = (index, mask, active, gathered)
+        s, cols, width = self._cuts[round_idx]
+        return Batch(gathered.x[:s, cols, :width], gathered.y[:s, cols, :width], gathered.mask[:s, cols, :width],
+                     gathered.active[:s, cols], gathered.index[:s, cols, :width])
 
     def plan(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
         """``round_plan(pool, group, steps, epochs, ...)`` for the round: from the cache where it holds the
@@ -74,7 +104,8 @@ class RoundsAhead:
         widths = np.minimum(self.batch_size, sizes.max(1))
         n = ids.shape[1]
         self._draws = {int(r): d for r, d in zip(rounds, draws, strict=True)}
-        self._plans = {
-            int(r): (ids[k], (index[:s, k * n:(k + 1) * n, :width], mask[:s, k * n:(k + 1) * n, :width],
-                              active[:s, k * n:(k + 1) * n]))
-            for k, (r, s, width) in enumerate(zip(rounds, num_steps.tolist(), widths.tolist(), strict=True))}
+        self._cuts = {int(r): (s, slice(k * n, (k + 1) * n), width)
+                      for k, (r, s, width) in enumerate(zip(rounds, num_steps.tolist(), widths.tolist(), strict=True))}
+        self._plans = {r: (ids[k], (index[:s, cols, :width], mask[:s, cols, :width], active[:s, cols]))
+                       for k, (r, (s, cols, width)) in enumerate(self._cuts.items())}
+        self._block = (index, mask, active, None)

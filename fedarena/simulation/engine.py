@@ -145,7 +145,7 @@ def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     """Local training of one group of clients (all selected ones when batched): (updates [n, d], clients)."""
     cfg, method = trial.cfg, trial.method
     if method.trains_plain_sgd and trial.backend.fuses_local_sgd(tuple(pool.x.shape[1:]), w.device):
-        every = gather(pool, *_plan(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs))
+        every = _batches(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs)
         return trial.backend.local_sgd(w, every, cfg.lr), clients  # the numbers of the stepped loop, fused
     local, ids = _local_loop(trial, w, clients, pool, group, round_idx, cfg.local_steps, cfg.local_epochs,
                              method.local_init, method.local_step)
@@ -157,6 +157,13 @@ def _plan(trial: Trial, pool: Pooled, group: np.ndarray, round_idx: int, steps: 
     if trial.ahead is not None:
         return trial.ahead.plan(pool, group, round_idx, steps, epochs)
     return round_plan(pool, group, steps, epochs, trial.cfg.batch_size, trial.cfg.seed, round_idx)
+
+
+def _batches(trial: Trial, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
+    """The group's minibatches for the round, every step's at once (from the next rounds' cache where it holds)."""
+    if trial.ahead is not None:
+        return trial.ahead.batches(pool, group, round_idx, steps, epochs)
+    return gather(pool, *_plan(trial, pool, group, round_idx, steps, epochs))
 
 
 def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int,
