@@ -66,8 +66,7 @@ class Backend:
     def fuses_local_sgd(self, sample_shape: tuple[int, ...], device: torch.device) -> bool:
         """Whether ``local_sgd`` runs for samples of this shape: the batched dense step on a CPU (on CUDA the
         per-step path stays, whose update is one batched product and a subtraction)."""
-        return (device.type == "cpu" and self.dropout_key() is None and self.batched and self.model.dense is not None
-                and (self.model.dense.flattens or len(sample_shape) == 1))
+        return device.type == "cpu" and self._takes_dense_steps(sample_shape)
 
     def local_sgd(self, w: torch.Tensor, batches: Batch, lr: float) -> torch.Tensor:
         """The updates [n, d] of plain local SGD from the global model w over a round's minibatches (each field
@@ -77,8 +76,12 @@ class Backend:
 
     def _takes_dense_step(self, batch: Batch) -> bool:
         """Whether this step trains through ``models.dense`` (a batched plain MLP without dropout)."""
+        return self._takes_dense_steps(tuple(batch.x.shape[2:]))
+
+    def _takes_dense_steps(self, sample_shape: tuple[int, ...]) -> bool:
+        """Whether steps on samples of this shape train through ``models.dense``."""
         return self.dropout_key() is None and self.batched and self.model.dense is not None and \
-            self.model.dense.fits(batch.x)
+            self.model.dense.fits_samples(sample_shape)
 
     def grad_of(self, loss_fn: Callable[..., torch.Tensor], params: torch.Tensor, batch: Batch,
                 *extra: torch.Tensor, with_ids: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,9 +31,13 @@ class DensePlan:
         return [size for out, inp in self.shapes for size in (out * inp, out)]
 
     def fits(self, x: torch.Tensor) -> bool:
-        """Whether minibatches x [n, B, ...] are what this step computes on (without a Flatten, Linear acts
-        on the last dimension alone, which only [n, B, features] matches)."""
-        return self.flattens or x.dim() == 3
+        """Whether minibatches x [n, B, ...] are what this step computes on (``fits_samples``)."""
+        return self.fits_samples(tuple(x.shape[2:]))
+
+    def fits_samples(self, sample_shape: tuple[int, ...]) -> bool:
+        """Whether samples of this shape are what this step computes on (without a Flatten, Linear acts on the
+        last dimension alone, which only a sample of [features] matches)."""
+        return self.flattens or len(sample_shape) == 1
 
 
 def dense_plan(module: nn.Module, task: str) -> DensePlan | None:
@@ -98,11 +102,21 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
 SMALL_PRODUCT = 400  # ATen's CPU batched product multiplies below this many multiply-adds per matrix in a loop of its own
 
 
-def _one_product(w: torch.Tensor, batch: int) -> bool:
-    """Whether a shared layer's per-client products (batch x out x in each) may run as one product over every
-    client's samples and give the same numbers: where the batched product calls the BLAS matrix product as well
-    (ATen runs smaller ones in its own loop, whose sums may round otherwise)."""
-    return not w.is_cuda and w.shape[0] * w.shape[1] * batch >= SMALL_PRODUCT
+def _layer_product(a: torch.Tensor, w: torch.Tensor, *, shared: bool, transpose: bool = False,
+                   bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a [n, B, k] times each client's layer (``w`` [n, out, in], or the global one [out, in] where ``shared``),
+    transposed where ``transpose``, plus ``bias`` [n, out] (or [out]) where given. A shared layer's per-client
+    products (B x out x in each) run as one product over every client's rows where that gives the same numbers:
+    where the batched product calls the BLAS matrix product as well (ATen runs products below ``SMALL_PRODUCT``
+    in its own loop, whose sums may round otherwise)."""
+    n, batch = a.shape[:2]
+    if shared and not w.is_cuda and w.shape[0] * w.shape[1] * batch >= SMALL_PRODUCT:
+        rows, m = a.reshape(n * batch, -1), (w.t() if transpose else w)
+        return (torch.mm(rows, m) if bias is None else torch.addmm(bias, rows, m)).view(n, batch, -1)
+    if shared:
+        w, bias = w.expand(n, -1, -1), None if bias is None else bias.expand(n, -1)
+    m = w.transpose(1, 2) if transpose else w
+    return torch.bmm(a, m) if bias is None else torch.baddbmm(bias.unsqueeze(1), a, m)
 
 
 def _step_factor(scale: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -122,11 +136,7 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
     inputs = [h]
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-        if in_place or not _one_product(w, batch):
-            w_all = w if in_place else w.expand(n, -1, -1)
-            z = torch.baddbmm((b if in_place else b.expand(n, -1)).unsqueeze(1), h, w_all.transpose(1, 2))
-        else:
-            z = torch.addmm(b, h.reshape(n * batch, -1), w.t()).view(n, batch, -1)
+        z = _layer_product(h, w, shared=not in_place, transpose=True, bias=b)
         if i < last:
             h = torch.relu(z)
             inputs.append(h)
@@ -136,12 +146,7 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
     weights, biases = list(weights), list(biases)
     for i in range(last, -1, -1):
         w, b = weights[i], biases[i]
-        below = None
-        if i > 0:  # with the weights before this step
-            if in_place or not _one_product(w, batch):
-                below = torch.bmm(dz, w if in_place else w.expand(n, -1, -1))
-            else:
-                below = torch.mm(dz.reshape(n * batch, -1), w).view(n, batch, -1)
+        below = _layer_product(dz, w, shared=not in_place) if i > 0 else None  # with the weights before this step
         if not in_place:  # the global model's layers: each client's new ones into fresh tensors (the same arithmetic)
             shared = w.expand(n, -1, -1)
             weights[i] = torch.baddbmm(shared, dz.transpose(1, 2), inputs[i], alpha=-1.0) if not w.is_cuda else \

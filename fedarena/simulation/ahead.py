@@ -16,17 +16,20 @@ import numpy as np
 import torch
 
 from fedarena.models.batch import Batch
-from fedarena.simulation.data import (
-    Pooled,
-    drawn_clients_of_rounds,
-    gather,
-    plan_schedule,
-    plan_shape,
-    round_plan,
-)
+from fedarena.simulation.data import Pooled, drawn_clients_of_rounds, gather, plan_shapes, round_plan
 
 AHEAD = 16  # rounds drawn and planned together (more costs as much a round: the plans' arrays grow)
 GATHER_BYTES = 8 << 20  # a block's minibatches are gathered at once up to this size (small models' data)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A round of the block: its clients (sorted), its columns of the block's plan, and its plan's steps and width."""
+
+    ids: np.ndarray
+    cols: slice
+    steps: int
+    width: int
 
 
 @dataclass
@@ -42,9 +45,9 @@ class RoundsAhead:
     epochs: int
     batch_size: int
     _draws: dict[int, np.ndarray] = field(default_factory=dict)
-    _plans: dict[int, tuple[np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
-    _block: tuple | None = None  # the block's plan and, once gathered, its minibatches of ``train``
-    _cuts: dict[int, tuple[int, slice, int]] = field(default_factory=dict)  # each round's steps, columns, width
+    _rounds: dict[int, Planned] = field(default_factory=dict)
+    _block: tuple = ()  # the block's plan (index, mask, active) for all its rounds' clients, side by side
+    _gathered: Batch | None = None  # the block's minibatches of ``train``, once gathered
 
     def drawn(self, round_idx: int) -> np.ndarray:
         """The round's clients in the order drawn (``data.drawn_clients`` without exclusions)."""
@@ -52,60 +55,67 @@ class RoundsAhead:
             self._fill(round_idx)
         return self._draws[round_idx]
 
+    def plan(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
+        """``round_plan(pool, group, steps, epochs, ...)`` for the round: a view of the block's where it holds the
+        round's clients with this schedule on a pool of the same layout, else computed on its own."""
+        cut = self._cut(pool, group, round_idx, steps, epochs)
+        if cut is None:
+            return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
+        num_steps, cols, width = cut
+        index, mask, active = self._block
+        return index[:num_steps, cols, :width], mask[:num_steps, cols, :width], active[:num_steps, cols]
+
     def batches(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int) -> Batch:
-        """``gather(pool, *plan(...))``: for a whole round of the training pool itself (no data attack changed it),
-        a view of the block's minibatches, gathered in one indexing for all its rounds where they are small
-        (``GATHER_BYTES``); else gathered for this round alone. The same tensors either way."""
-        plan = self.plan(pool, group, round_idx, steps, epochs)
-        cached = self._plans.get(round_idx)
-        if pool is not self.train or cached is None or plan is not cached[1] or self._block is None:
-            return gather(pool, *plan)
-        index, mask, active, gathered = self._block
-        if gathered is None:
+        """``gather(pool, *plan(...))``: for the training pool itself (no data attack changed it), a view of the
+        block's minibatches, gathered in one indexing for all its rounds where they are small (``GATHER_BYTES``);
+        else gathered for this call alone. The same tensors either way."""
+        cut = self._cut(pool, group, round_idx, steps, epochs) if pool is self.train else None
+        if cut is None or not self._gather_block():
+            return gather(pool, *self.plan(pool, group, round_idx, steps, epochs))
+        num_steps, cols, width = cut
+        g = self._gathered
+        return Batch(g.x[:num_steps, cols, :width], g.y[:num_steps, cols, :width], g.mask[:num_steps, cols, :width],
+                     g.active[:num_steps, cols], g.index[:num_steps, cols, :width])
+
+    def _cut(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
+        """(steps, the block's columns, width) of the group's plan in this round, or None where the block does not
+        hold it: another round, schedule, layout, or clients that are not the round's."""
+        planned = self._rounds.get(round_idx)
+        if planned is None or (steps, epochs) != (self.steps, self.epochs) or not self._same_layout(pool):
+            return None
+        if len(group) == len(planned.ids) and np.array_equal(group, planned.ids):  # the whole round (batched)
+            return planned.steps, planned.cols, planned.width
+        rows = np.searchsorted(planned.ids, group)  # part of it (the sequential backend's groups)
+        if not (rows < len(planned.ids)).all() or not np.array_equal(planned.ids[rows], group):
+            return None
+        num_steps, width = plan_shapes(self.train.sizes[group].astype(np.int64), steps, epochs, self.batch_size)
+        cols = torch.as_tensor(planned.cols.start + rows, device=self._block[0].device)
+        return int(num_steps), cols, int(width)
+
+    def _same_layout(self, pool: Pooled) -> bool:
+        return pool.sizes is self.train.sizes or (np.array_equal(pool.sizes, self.train.sizes)
+                                                  and np.array_equal(pool.offsets, self.train.offsets))
+
+    def _gather_block(self) -> bool:
+        """Whether the block's minibatches are gathered (now, if they fit ``GATHER_BYTES``)."""
+        if self._gathered is None:
+            index = self._block[0]
             row_bytes = int(np.prod(self.train.x.shape[1:])) * self.train.x.element_size()
             if index.numel() * row_bytes > GATHER_BYTES:
-                return gather(pool, *plan)
-            gathered = gather(self.train, index, mask, active)
-            self._block = (index, mask, active, gathered)
-        s, cols, width = self._cuts[round_idx]
-        return Batch(gathered.x[:s, cols, :width], gathered.y[:s, cols, :width], gathered.mask[:s, cols, :width],
-                     gathered.active[:s, cols], gathered.index[:s, cols, :width])
-
-    def plan(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
-        """``round_plan(pool, group, steps, epochs, ...)`` for the round: from the cache where it holds the
-        round's clients with this schedule on a pool of the same layout, else computed on its own."""
-        cached = self._plans.get(round_idx)
-        same_layout = pool.sizes is self.train.sizes or (np.array_equal(pool.sizes, self.train.sizes)
-                                                         and np.array_equal(pool.offsets, self.train.offsets))
-        if cached is None or (steps, epochs) != (self.steps, self.epochs) or not same_layout:
-            return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
-        ids, whole = cached
-        if len(group) == len(ids) and np.array_equal(group, ids):  # the whole round (the batched backend)
-            return whole
-        rows = np.searchsorted(ids, group)
-        if not (rows < len(ids)).all() or not np.array_equal(ids[np.minimum(rows, len(ids) - 1)], group):
-            return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
-        num_steps, width = plan_shape(self.train.sizes[group].astype(np.int64), steps, epochs, self.batch_size)
-        index, mask, active = whole
-        pick = torch.as_tensor(rows, device=index.device)
-        return (index[:num_steps, pick, :width], mask[:num_steps, pick, :width], active[:num_steps, pick])
+                return False
+            self._gathered = gather(self.train, *self._block)
+        return True
 
     def _fill(self, first: int) -> None:
-        """Draw and plan rounds ``first`` .. ``first + AHEAD - 1``, forgetting the earlier ones. Each round's plan
-        is a view of the block's, cut to that round's own steps and width."""
+        """Draw and plan rounds ``first`` .. ``first + AHEAD - 1``, forgetting the earlier ones."""
         rounds = np.arange(first, first + AHEAD)
         draws = drawn_clients_of_rounds(self.seed, self.sampling, self.train.sizes, self.per_round, rounds)
         ids = np.sort(draws, axis=1)
-        index, mask, active = round_plan(self.train, ids.reshape(-1), self.steps, self.epochs, self.batch_size,
-                                         self.seed, np.repeat(rounds, ids.shape[1]))
-        sizes = self.train.sizes[ids].astype(np.int64)  # [rounds, n]
-        own_steps = plan_schedule(sizes.reshape(-1), self.steps, self.epochs, self.batch_size)[3]
-        num_steps = own_steps.reshape(sizes.shape).max(1)
-        widths = np.minimum(self.batch_size, sizes.max(1))
+        self._block = round_plan(self.train, ids.reshape(-1), self.steps, self.epochs, self.batch_size, self.seed,
+                                 np.repeat(rounds, ids.shape[1]))
+        self._gathered = None
+        steps, widths = plan_shapes(self.train.sizes[ids].astype(np.int64), self.steps, self.epochs, self.batch_size)
         n = ids.shape[1]
         self._draws = {int(r): d for r, d in zip(rounds, draws, strict=True)}
-        self._cuts = {int(r): (s, slice(k * n, (k + 1) * n), width)
-                      for k, (r, s, width) in enumerate(zip(rounds, num_steps.tolist(), widths.tolist(), strict=True))}
-        self._plans = {r: (ids[k], (index[:s, cols, :width], mask[:s, cols, :width], active[:s, cols]))
-                       for k, (r, (s, cols, width)) in enumerate(self._cuts.items())}
-        self._block = (index, mask, active, None)
+        self._rounds = {int(r): Planned(ids[k], slice(k * n, (k + 1) * n), int(steps[k]), int(widths[k]))
+                        for k, r in enumerate(rounds)}

@@ -124,10 +124,11 @@ def plan_schedule(sizes: np.ndarray, steps: int, epochs: int, batch_size: int):
     return b, per_pass, passes, own_steps
 
 
-def plan_shape(sizes: np.ndarray, steps: int, epochs: int, batch_size: int) -> tuple[int, int]:
-    """(steps S, width W) of the plan of clients with these training ``sizes`` (``round_plan``'s [S, n, W])."""
-    own_steps = plan_schedule(sizes, steps, epochs, batch_size)[3]
-    return int(own_steps.max()), min(batch_size, int(sizes.max()))
+def plan_shapes(sizes: np.ndarray, steps: int, epochs: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """([...] steps S, [...] widths W) of the plans of the groups of clients with training ``sizes`` [..., n], one
+    group per row (``round_plan``'s [S, n, W] for each)."""
+    own_steps = plan_schedule(sizes.reshape(-1), steps, epochs, batch_size)[3].reshape(sizes.shape)
+    return own_steps.max(-1), np.minimum(batch_size, sizes.max(-1))
 
 
 def round_plan(

@@ -65,8 +65,5 @@ class Probe:
 
     def output_layer(self, updates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weight [n, classes, inputs], bias [n, classes]): the output layer's part of each row of ``updates``."""
-        weight_shape, bias_size = self.model.shapes[-2], self.model.sizes[-1]
-        weight_size = self.model.sizes[-2]
-        end = updates.shape[1]
-        weight = updates[:, end - bias_size - weight_size: end - bias_size].reshape(-1, *weight_shape)
-        return weight, updates[:, end - bias_size:]
+        *_, weight, bias = torch.split(updates, self.model.sizes, dim=1)
+        return weight.reshape(-1, *self.model.shapes[-2]), bias

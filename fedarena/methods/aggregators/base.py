@@ -172,6 +172,20 @@ def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | 
 CHUNK_ELEMENTS = 1 << 22
 
 
+def client_table(server: dict, key: str, rows: int, shape: tuple, fill, like: torch.Tensor) -> torch.Tensor:
+    """The server state's per-client table ``key`` [rows, *shape] on ``like``'s device and dtype (bool where ``fill``
+    is), made on first use and grown with ``fill`` rows where higher client ids appear; the state's entry is not
+    modified (a rule replaces it)."""
+    dtype = torch.bool if isinstance(fill, bool) else like.dtype
+    current = server.get(key)
+    if current is None:
+        return torch.full((rows, *shape), fill, dtype=dtype, device=like.device)
+    current = current.to(device=like.device, dtype=dtype)
+    if current.shape[0] < rows:
+        current = torch.cat([current, current.new_full((rows - current.shape[0], *shape), fill)])
+    return current
+
+
 def check_common(n: int, f: int, **params) -> None:
     """The check of rules defined for every n >= 1 and f >= 0."""
     if n < 1:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.backdoor_defenses import clip_factors
 from fedarena.methods.aggregators.base import (
     RoundDraw,
     aggregator,
@@ -123,11 +124,8 @@ def deepsight(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Ten
     weight, bias = probe.output_layer(updates)
     neups, exceedings = neups_and_exceedings(weight, bias, threshold)
     ddifs = division_differences(probe, model, updates, seeds, samples)
-    keep = torch.as_tensor(accepted_rows(neups, exceedings, ddifs, bias, tau),
-                           device=updates.device)
+    keep = torch.as_tensor(accepted_rows(neups, exceedings, ddifs, bias, tau), device=updates.device)
     if not bool(keep.any()):
         return updates.new_zeros(updates.shape[1])
-    bound = vector_median(updates.norm(dim=1))  # np.median, as FLPoison's
     kept = updates[keep]
-    scale = (bound / kept.norm(dim=1).clamp_min(1e-30)).clamp(max=1.0)
-    return (kept * scale[:, None]).mean(0)
+    return (kept * clip_factors(kept, vector_median(updates.norm(dim=1)))[:, None]).mean(0)  # np.median, as FLPoison

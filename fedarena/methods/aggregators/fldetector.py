@@ -32,6 +32,7 @@ from fedarena.methods.aggregators.base import (
     aggregator,
     check_common,
     check_updates,
+    client_table,
     normalised_weights,
 )
 
@@ -100,30 +101,16 @@ def attack_detected(scores: torch.Tensor, gen: torch.Generator) -> bool:
     return True  # no k satisfied the rule: more than one cluster
 
 
-def table(server: dict, key: str, rows: int, shape: tuple, fill, like: torch.Tensor) -> torch.Tensor:
-    """The server's per-client table ``key`` [rows, *shape] (bool where ``fill`` is), grown with ``fill`` rows
-    where higher client ids appear; made on first use."""
-    current = server.get(key)
-    dtype = torch.bool if isinstance(fill, bool) else like.dtype
-    if current is None:
-        return torch.full((rows, *shape), fill, dtype=dtype, device=like.device)
-    current = current.to(like.device)
-    if current.shape[0] < rows:
-        current = torch.cat([current, torch.full((rows - current.shape[0], *shape), fill, dtype=dtype,
-                                                 device=like.device)])
-    return current
-
-
 def distances(updates: torch.Tensor, ids: torch.Tensor, model: torch.Tensor, server: dict, rows: int) -> torch.Tensor:
     """[n] each row's distance to its predicted update (NaN where the client has no previous update or the server
     no L-BFGS pair yet), over the round's mean."""
     n, d = updates.shape
-    seen = table(server, KEY + "seen", rows, (), False, updates)[ids]
+    seen = client_table(server, KEY + "seen", rows, (), False, updates)[ids]
     out = torch.full((n,), torch.nan, dtype=torch.float64, device=updates.device)
     if KEY + "s" not in server or not bool(seen.any()):
         return out
-    last = table(server, KEY + "update", rows, (d,), 0.0, updates)[ids[seen]]
-    at = table(server, KEY + "model", rows, (d,), 0.0, updates)[ids[seen]]
+    last = client_table(server, KEY + "update", rows, (d,), 0.0, updates)[ids[seen]]
+    at = client_table(server, KEY + "model", rows, (d,), 0.0, updates)[ids[seen]]
     predicted = last.double() + lbfgs_product(server[KEY + "s"], server[KEY + "y"], model[None] - at)
     dist = (updates[seen].double() - predicted).norm(dim=1)
     out[seen] = dist / dist.mean().clamp_min(1e-30)
@@ -133,13 +120,13 @@ def distances(updates: torch.Tensor, ids: torch.Tensor, model: torch.Tensor, ser
 def remember(server: dict, name: str, rows: int, ids: torch.Tensor, values: torch.Tensor, fill) -> None:
     """Write the round's rows of the per-client table ``name`` (a new tensor: never in place)."""
     key = KEY + name
-    server[key] = table(server, key, rows, tuple(values.shape[1:]), fill, values).index_copy(0, ids, values)
+    server[key] = client_table(server, key, rows, tuple(values.shape[1:]), fill, values).index_copy(0, ids, values)
 
 
 def record_scores(server: dict, ids: torch.Tensor, dist: torch.Tensor, rows: int, window: int) -> None:
     """Shift each scored client's last ``window`` distances and put this round's in front."""
     scored = ~dist.isnan()
-    scores = table(server, KEY + "scores", rows, (window,), torch.nan, dist)
+    scores = client_table(server, KEY + "scores", rows, (window,), torch.nan, dist)
     if scores.shape[1] != window:
         raise ConfigError(f"fldetector's score table keeps {scores.shape[1]} rounds; window is {window}")
     shifted = torch.cat([dist[:, None], scores[ids, :-1]], 1)
@@ -154,7 +141,7 @@ def detect(server: dict, gen: torch.Generator, device, min_scores: int = 1) -> N
     if scores is None or KEY + "detected" in server:
         return
     # the tables grow with the highest id seen so far, each when it is written: align the exclusions to the scores
-    excluded = table(server, EXCLUDED, scores.shape[0], (), False, torch.zeros(0, device=device))
+    excluded = client_table(server, EXCLUDED, scores.shape[0], (), False, torch.zeros(0, device=device))
     enough = (~scores.isnan()).sum(1) >= min_scores
     candidates = torch.nonzero(~excluded[: scores.shape[0]] & enough).flatten()
     if candidates.numel() < MIN_SCORED:
@@ -183,8 +170,8 @@ def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Te
                start: int = 10, min_scores: int = 3, round: RoundDraw | None = None) -> torch.Tensor:
     """FLDetector (Zhang et al., KDD 2022; see the module): score each client by how far its update is from the one
     its history predicts, flag the suspicious cluster among the clients with ``min_scores`` distances once the rule has
-    aggregated ``start`` rounds, and average
-    (with the aggregation weights) the rows of the clients not flagged; f is not read. Called directly (no round),
+    aggregated ``start`` rounds, and average (with the aggregation weights) the rows of the clients not flagged; f is
+    not read. Called directly (no round),
     the rows are clients 0..n-1 with no history: the weighted mean."""
     check_updates(updates, f)
     n, d = updates.shape
@@ -198,7 +185,7 @@ def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Te
     server[KEY + "rounds"] = torch.tensor(done)
     if done >= start:
         detect(server, draw.generator(), updates.device, min_scores)
-    kept = ~table(server, EXCLUDED, rows, (), False, updates)[ids]
+    kept = ~client_table(server, EXCLUDED, rows, (), False, updates)[ids]
     mean = updates.new_zeros(d)
     if bool(kept.any()):
         share = normalised_weights(weights, updates)[kept].to(updates.dtype)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.base import RoundDraw, aggregator, check_common, check_updates
+from fedarena.methods.aggregators.base import RoundDraw, aggregator, check_common, check_updates, client_table
 from fedarena.methods.aggregators.flame import cosine_distances
 
 HISTORY = "foolsgold_history"  # the key of the [clients, d] table of summed updates in ``RoundDraw.server``
@@ -22,17 +22,10 @@ def accumulate_history(updates: torch.Tensor, draw: RoundDraw | None) -> torch.T
     ids = torch.arange(n) if draw is None or draw.ids is None else draw.ids
     ids = ids.to(device=updates.device, dtype=torch.long)
     server = {} if draw is None or draw.server is None else draw.server
-    table = server.get(HISTORY)
-    rows = int(ids.max()) + 1
-    if table is None:
-        table = updates.new_zeros(rows, d)
-    elif table.dim() != 2 or table.shape[1] != d:
-        raise ConfigError(f"foolsgold's history has shape {tuple(table.shape)}; the updates have d = {d}")
-    else:
-        table = table.to(device=updates.device, dtype=updates.dtype)
-        if table.shape[0] < rows:
-            table = torch.cat([table, table.new_zeros(rows - table.shape[0], d)])
-    table = table.index_add(0, ids, updates)
+    stored = server.get(HISTORY)
+    if stored is not None and (stored.dim() != 2 or stored.shape[1] != d):
+        raise ConfigError(f"foolsgold's history has shape {tuple(stored.shape)}; the updates have d = {d}")
+    table = client_table(server, HISTORY, int(ids.max()) + 1, (d,), 0.0, updates).index_add(0, ids, updates)
     server[HISTORY] = table
     return table[ids]
 
