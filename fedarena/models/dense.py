@@ -86,19 +86,24 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
     differs. The first step reads w itself and writes each layer's new weights for all clients into one
     contiguous tensor, so no copy of w per client is made and the later in-place products run as one batched
     product per layer (a per-client view of a flat [n, d] tensor takes the per-client loop of a CPU's
-    ``baddbmm_``)."""
+    ``baddbmm_``). The last step writes each layer minus the global one into the updates as soon as the layer is
+    updated, while it is still in cache: one pass per layer, no concatenation."""
     steps, n = x.shape[:2]
     if steps == 0:
         return w.new_zeros(n, w.numel())
     globals_w, globals_b = _layers(plan, w[None])
-    weights, biases = [m[0] for m in globals_w], [b[0] for b in globals_b]  # shared by every client until step 0
+    globals_w, globals_b = [m[0] for m in globals_w], [b[0] for b in globals_b]
+    weights, biases = globals_w, globals_b  # shared by every client until step 0
     factor = _step_factor(scale, mask)  # every step's at once
+    updates = w.new_empty(n, w.numel())
+    into_w, into_b = _layers(plan, updates)
     for s in range(steps):
-        weights, biases = _sgd_step(weights, biases, x[s], y[s], factor[s], in_place=s > 0)
-    return torch.cat([part for weight, bias in zip(weights, biases, strict=True)
-                      for part in (weight.reshape(n, -1), bias)], 1).sub_(w)
+        send = (globals_w, globals_b, into_w, into_b) if s == steps - 1 else None
+        weights, biases = _sgd_step(weights, biases, x[s], y[s], factor[s], in_place=s > 0, send=send)
+    return updates
 
 
+THRESHOLD_BACKWARD = torch.ops.aten.threshold_backward.default  # the overload itself: no lookup per call
 SMALL_PRODUCT = 400  # ATen's CPU batched product multiplies below this many multiply-adds per matrix in a loop of its own
 
 
@@ -125,10 +130,12 @@ def _step_factor(scale: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-              factor: torch.Tensor, in_place: bool) -> tuple[list, list]:
+              factor: torch.Tensor, in_place: bool, send: tuple | None = None) -> tuple[list, list]:
     """One fused SGD step (``dense_descend_``) of layers ``weights`` [n, out, in] and ``biases`` [n, out] with the
     samples' ``factor`` [n, B] (``_step_factor``), in place; or (``in_place`` false) from the global model's layers
     [out, in] and [out], shared by every client, into new tensors [n, out, in] and [n, out]. Returns the layers.
+    ``send`` (the global layers, then the updates' views of each layer): each new layer minus the global one is
+    written there once the layer is updated.
     Shared layers take one matrix product over all the clients' samples where each client's would be its own: the
     same numbers (each output row is the same dot products), in larger, faster products."""
     n, batch = x.shape[:2]
@@ -158,8 +165,12 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
         else:  # on a CPU the in-place products beat a product and a pass over the weights
             w.baddbmm_(dz.transpose(1, 2), inputs[i], alpha=-1.0)
             b.sub_(dz.sum(1))
+        if send is not None:
+            start_w, start_b, into_w, into_b = send
+            torch.sub(weights[i], start_w[i], out=into_w[i])
+            torch.sub(biases[i], start_b[i], out=into_b[i])
         if i > 0:
-            dz = torch.ops.aten.threshold_backward(below, inputs[i], 0)
+            dz = THRESHOLD_BACKWARD(below, inputs[i], 0)
     return weights, biases
 
 
@@ -194,6 +205,6 @@ def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y:
 
 
 def _layers(plan: DensePlan, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    chunks = torch.split(params, plan.chunk_sizes, dim=1)
+    chunks = params.split_with_sizes(plan.chunk_sizes, 1)  # the method itself: torch.split's wrapper costs microseconds
     weights = [c.view(-1, out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)]
     return weights, list(chunks[1::2])

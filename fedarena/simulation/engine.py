@@ -298,8 +298,10 @@ def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
 
 def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, rule: RoundRule) -> torch.Tensor:
     effect = trial.threat.effect
+    if effect.tamper is None or not effect.active(round_idx):  # most rounds of most runs: nothing to build
+        return updates
     bad = torch.as_tensor(trial.threat.malicious[ids], device=updates.device)
-    if effect.tamper is None or not effect.active(round_idx) or not bool(bad.any()):
+    if not bool(bad.any()):
         return updates
     gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
     extra = {"rule": rule} if effect.needs_rule else {}

@@ -27,6 +27,7 @@ from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation
+from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.probe import Probe
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
 
@@ -75,6 +76,8 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     builder below takes its resolved section."""
     cfg = resolve_config(cfg)
     device = resolve_device(cfg.device)
+    if device.type == "cpu":  # a round's large tensors reuse the last round's pages
+        keep_freed_pages()
     dataset = load_dataset(cfg)
     method, threat, aggregate, needs_losses, privacy = assemble(cfg, dataset)
     model, w0 = build_trial_model(cfg, dataset, device)
