@@ -8,6 +8,7 @@ data, checkpointed every 100 rounds, so a fault lands in the middle of a trial.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from fedarena.tracking.location import check_sqlite_file
 
 pytestmark = pytest.mark.integration  # real processes: `fedarena bench run` (Ray), signals
 
@@ -130,6 +133,26 @@ def test_read_only_store_is_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "is read-only here" in lines[0] and str(store) in lines[0]
+
+
+def test_a_store_left_mid_transaction_by_a_killed_writer_is_recovered_not_refused(tmp_path):
+    # Prepare: 1,000 committed rows; a writer that spills an unfinished transaction to its journal, then dies
+    db = tmp_path / "mlflow.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("create table t (x)")
+        conn.executemany("insert into t values (?)", [(i,) for i in range(1000)])
+        conn.commit()
+    writer = (f"import os, sqlite3\nc = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+              "c.execute('pragma cache_size=1')\nc.execute('begin')\nc.execute('update t set x = x + 1')\n"
+              "c.executemany('insert into t values (?)', [(i,) for i in range(20000)])\nos._exit(9)\n")
+    subprocess.run([sys.executable, "-c", writer], check=False)
+    assert (tmp_path / "mlflow.db-journal").exists()  # a hot journal: a read-only connection cannot roll it back
+    # Execute
+    check_sqlite_file(db)
+    # Assert: accepted, the journal rolled back, the committed rows as they were
+    assert not (tmp_path / "mlflow.db-journal").exists()
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("select count(*), sum(x) from t").fetchone() == (1000, 499500)
 
 
 def test_impossible_trial_is_refused_before_ray_and_listed_by_dry_run(tmp_path):

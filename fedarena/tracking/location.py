@@ -71,7 +71,8 @@ def redact(uri: str) -> str:
 
 def check_sqlite_file(db: Path) -> None:
     """An SQLite store this process can write: its folder exists and is writable, and an existing file is an
-    SQLite database (checked with sqlite3 itself, in milliseconds: MLflow would retry for minutes)."""
+    SQLite database (checked with sqlite3 itself, in milliseconds: MLflow would retry for minutes). A transaction
+    that a killed process left unfinished is rolled back here, as SQLite does on the next write."""
     if not db.parent.is_dir():
         raise TrackingError(f"tracking store {db}: the folder {db.parent} does not exist")
     if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
@@ -80,8 +81,8 @@ def check_sqlite_file(db: Path) -> None:
                             f"beside it); use a writable folder, e.g. --tracking-uri sqlite:///$HOME/fedarena/mlflow.db")
     if not db.exists():
         return
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=PROBE_TIMEOUT_S)) as conn:
+    try:  # read-write: a writer killed mid-transaction leaves a hot journal, which only a writable connection rolls back
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=PROBE_TIMEOUT_S)) as conn:
             conn.execute("PRAGMA schema_version").fetchone()
     except sqlite3.DatabaseError as err:
         raise TrackingError(f"tracking store {db} is not a usable SQLite database ({err}); move it aside "
