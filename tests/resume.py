@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from fedarena.config import ExperimentConfig
 from fedarena.simulation.checkpoint import load_state, save_state
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.setup import build_trial
@@ -24,3 +25,11 @@ def run_interrupted(config, stop_at: int, folder):
     trial = build_trial(config)
     loaded = load_state(folder, trial, "h")
     return trial, loaded, simulate(trial, loaded)[0]
+
+
+def attacked_digits_config(attack: dict, rounds: int) -> ExperimentConfig:
+    """A small digits run (10 devices, 5 a round, a 16-unit MLP) under ``attack``: the resume tests' run."""
+    return ExperimentConfig.from_dict({
+        "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]},
+        "rounds": rounds, "eval_every": 3, "clients_per_round": 5, "local_steps": 2, "batch_size": 16, "lr": 0.2,
+        "attack": attack, "seed": 1})

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from resume import run_interrupted
+from resume import attacked_digits_config, run_interrupted
 
 from fedarena.attacks import ATTACKS
 from fedarena.attacks.a3fl import TRIGGER, poison_round, search_trigger, stamped, trigger_mask
@@ -110,10 +110,7 @@ def test_bad_a3fl_options_are_one_error_line(params, message):
 
 
 def small_config(rounds: int) -> ExperimentConfig:
-    return ExperimentConfig.from_dict({
-        "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]},
-        "rounds": rounds, "eval_every": 3, "clients_per_round": 5, "local_steps": 2, "batch_size": 16, "lr": 0.2,
-        "attack": {"name": "a3fl", "level": 0.3, "steps": 3, "adv_every": 2, "adv_epochs": 1}, "seed": 1})
+    return attacked_digits_config({"name": "a3fl", "level": 0.3, "steps": 3, "adv_every": 2, "adv_epochs": 1}, rounds)
 
 
 def test_a_resumed_run_goes_on_with_the_saved_trigger_to_the_uninterrupted_numbers(tmp_path):

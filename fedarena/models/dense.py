@@ -91,8 +91,7 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
     steps, n = x.shape[:2]
     if steps == 0:
         return w.new_zeros(n, w.numel())
-    globals_w, globals_b = _layers(plan, w[None])
-    globals_w, globals_b = [m[0] for m in globals_w], [b[0] for b in globals_b]
+    globals_w, globals_b = ([layer[0] for layer in part] for part in _layers(plan, w[None]))
     weights, biases = globals_w, globals_b  # shared by every client until step 0
     factor = _step_factor(scale, mask)  # every step's at once
     updates = w.new_empty(n, w.numel())
@@ -139,6 +138,7 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
     Shared layers take one matrix product over all the clients' samples where each client's would be its own: the
     same numbers (each output row is the same dot products), in larger, faster products."""
     n, batch = x.shape[:2]
+    start_w, start_b, into_w, into_b = send if send is not None else (None,) * 4
     h = x.reshape(n, batch, -1)
     inputs = [h]
     last = len(weights) - 1
@@ -166,7 +166,6 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
             w.baddbmm_(dz.transpose(1, 2), inputs[i], alpha=-1.0)
             b.sub_(dz.sum(1))
         if send is not None:
-            start_w, start_b, into_w, into_b = send
             torch.sub(weights[i], start_w[i], out=into_w[i])
             torch.sub(biases[i], start_b[i], out=into_b[i])
         if i > 0:
