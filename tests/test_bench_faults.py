@@ -26,14 +26,15 @@ from fedarena.tracking.location import check_sqlite_file
 pytestmark = pytest.mark.integration  # real processes: `fedarena bench run` (Ray), signals
 
 SCALE = {"datasets": [{"label": "synthetic", "dataset": {"name": "synthetic", "num_clients": 8, "max_samples": 60,
-                                                           "dim": 20}}],
+                                                           "dim": 20}, "model": {"name": "mlp", "hidden": [500, 500]}}],
          "seeds": [0, 1]}
-SUITE = {"name": "faults", "fixed": {"clients_per_round": 4, "local_steps": 2, "batch_size": 16, "lr": 0.05},
+SUITE = {"name": "faults", "fixed": {"clients_per_round": 4, "local_steps": 4, "batch_size": 16, "lr": 0.05},
          "methods": [{"label": "global", "method": {"name": "global"}}],
          "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]}]}
 START_TIMEOUT_S = 240
-# Cheap rounds: enough that a trial seen at round 160 is still running when a signal or a kill reaches it, on
-# a CPU a few times faster than this one
+# About 5 ms a round here (an MLP of 500-500, 4 local steps; the default logistic regression takes 0.2 ms and
+# a whole trial ended within a second), so a trial seen at round 160 runs 6-7 s more: still running when a
+# signal or a kill reaches it, with the other trial started a few seconds later, on a CPU a few times faster
 ROUNDS = 1200
 
 
