@@ -27,7 +27,7 @@ def test_values_leave_defaults_out_and_keep_names_and_the_device():
     ident = identity(dataset={"name": "digits", "num_clients": 30}, method={"name": "ditto", "lam": 0.1}, rounds=50)
     assert ident.values == {"aggregator.name": "mean", "attack.name": "none", "dataset.name": "digits",
                             "device": "cpu", "method.lam": 0.1, "method.name": "ditto", "model.name": "mlp"}
-    assert ident.versions["method/ditto"] == 1 and ident.versions["engine"] == 2
+    assert ident.versions["method/ditto"] == 1 and ident.versions["engine"] == 3
     assert ident.versions["partitioner/k_classes"] == 1 and "metric/acc_pooled" in ident.versions
 
 

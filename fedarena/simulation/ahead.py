@@ -72,10 +72,9 @@ class RoundsAhead:
         cut = self._cut(pool, group, round_idx, steps, epochs) if pool is self.train else None
         if cut is None or not self._gather_block():
             return gather(pool, *self.plan(pool, group, round_idx, steps, epochs))
-        num_steps, cols, width = cut
         g = self._gathered
-        return Batch(g.x[:num_steps, cols, :width], g.y[:num_steps, cols, :width], g.mask[:num_steps, cols, :width],
-                     g.active[:num_steps, cols], g.index[:num_steps, cols, :width])
+        return Batch(*(_window(t, *cut) for t in (g.x, g.y, g.mask)), _window(g.active, *cut[:2]),
+                     _window(g.index, *cut))
 
     def _cut(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
         """(steps, the block's columns, width) of the group's plan in this round, or None where the block does not
@@ -119,3 +118,14 @@ class RoundsAhead:
         self._draws = {int(r): d for r, d in zip(rounds, draws, strict=True)}
         self._rounds = {int(r): Planned(ids[k], slice(k * n, (k + 1) * n), int(steps[k]), int(widths[k]))
                         for k, r in enumerate(rounds)}
+
+
+def _window(block: torch.Tensor, num_steps: int, cols: slice | torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """``block[:num_steps, cols, :width]`` (a view where ``cols`` is a slice), slicing only the dimensions it cuts:
+    each slice is a kernel call, and a round's batch takes five of these."""
+    part = block.narrow(1, cols.start, cols.stop - cols.start) if isinstance(cols, slice) else block[:, cols]
+    if num_steps < part.shape[0]:
+        part = part.narrow(0, 0, num_steps)
+    if width is not None and width < part.shape[2]:
+        part = part.narrow(2, 0, width)
+    return part

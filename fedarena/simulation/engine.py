@@ -8,6 +8,7 @@ random draw is keyed by (seed, stream, round, client) rather than by a generator
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -44,7 +45,8 @@ from fedarena.simulation.streams import (
 # the numbers a trial gives (identity: ``simulation.identity``). 2: clients drawn and minibatches planned from
 # SplitMix64 keyed uniforms (``streams.keyed_uniforms``; successive size-proportional draws by exponential
 # keys), the rules' round seed from the same mixer, and the fused SGD step of plain MLPs (``models.dense``).
-ENGINE_VERSION = 2
+# 3: that step's softmax written out on a CPU (``dense._scaled_softmax_minus_one_hot_``; float32 rounding only).
+ENGINE_VERSION = 3
 
 
 @dataclass
@@ -327,7 +329,7 @@ def _all_finite(values: torch.Tensor) -> bool:
     a NaN): two passes where ``isfinite(values).all()`` takes five."""
     if not values.is_floating_point() or values.numel() == 0:
         return True
-    return bool(torch.isfinite(values.sum())) or bool(torch.isfinite(values.abs().max()))
+    return math.isfinite(values.sum().item()) or math.isfinite(values.abs().max().item())  # a tensor's isfinite: 4 kernels
 
 
 def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, float]]:
