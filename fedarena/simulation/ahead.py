@@ -61,9 +61,8 @@ class RoundsAhead:
         cut = self._cut(pool, group, round_idx, steps, epochs)
         if cut is None:
             return round_plan(pool, group, steps, epochs, self.batch_size, self.seed, round_idx)
-        num_steps, cols, width = cut
         index, mask, active = self._block
-        return index[:num_steps, cols, :width], mask[:num_steps, cols, :width], active[:num_steps, cols]
+        return _window(index, *cut), _window(mask, *cut), _window(active, *cut[:2])
 
     def batches(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int) -> Batch:
         """``gather(pool, *plan(...))``: for the training pool itself (no data attack changed it), a view of the
@@ -122,7 +121,7 @@ class RoundsAhead:
 
 def _window(block: torch.Tensor, num_steps: int, cols: slice | torch.Tensor, width: int | None = None) -> torch.Tensor:
     """``block[:num_steps, cols, :width]`` (a view where ``cols`` is a slice), slicing only the dimensions it cuts:
-    each slice is a kernel call, and a round's batch takes five of these."""
+    each slice is a dispatched call, and a round's batch takes five of these."""
     part = block.narrow(1, cols.start, cols.stop - cols.start) if isinstance(cols, slice) else block[:, cols]
     if num_steps < part.shape[0]:
         part = part.narrow(0, 0, num_steps)
