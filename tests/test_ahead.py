@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedarena.simulation.ahead import AHEAD, RoundsAhead
+from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, drawn_clients, gather, round_plan
 
 
@@ -27,7 +27,7 @@ def test_rounds_ahead_equal_the_rounds_computed_alone(case):
     batch, per_round, seed = int(rng.integers(1, 20)), int(rng.integers(1, clients + 1)), int(rng.integers(100))
     sampling = ("uniform", "proportional")[case % 2]
     ahead = RoundsAhead(pool, seed, sampling, per_round, steps, epochs, batch)
-    for t in range(2 * AHEAD + 3):
+    for t in range(2 * ahead.rounds + 3):
         drawn = ahead.drawn(t)
         assert np.array_equal(drawn, drawn_clients(seed, sampling, pool.sizes, per_round, t))
         ids = np.sort(drawn)
@@ -41,7 +41,7 @@ def test_the_blocks_minibatches_are_each_rounds_own_gather():
     rng = np.random.default_rng(1)
     pool = random_pool(rng, 20)
     ahead = RoundsAhead(pool, 5, "proportional", 6, 3, 0, 8)
-    for t in range(AHEAD + 2):
+    for t in range(ahead.rounds + 2):
         ids = np.sort(ahead.drawn(t))
         cached = ahead.batches(pool, ids, t, 3, 0)
         alone = gather(pool, *round_plan(pool, ids, 3, 0, 8, 5, t))

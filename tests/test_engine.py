@@ -134,6 +134,31 @@ def test_a_clients_minibatches_do_not_depend_on_the_others_drawn_with_it():
                 assert shown == own, (steps, epochs, k, s)
 
 
+def test_a_large_calls_plans_grouped_by_size_are_each_clients_own():
+    from fedarena.simulation.data import ONE_GROUP_UP_TO, Pooled, round_plan
+
+    # Prepare: 200 clients of 1 to 150 samples, one of them 500: a call large enough to group clients by size
+    rng = np.random.default_rng(4)
+    sizes = np.append(rng.integers(1, 150, 199), 500)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    total = int(sizes.sum())
+    pool = Pooled(torch.zeros(total, 1), torch.zeros(total, dtype=torch.long), offsets, sizes,
+                  torch.zeros(total, dtype=torch.long))
+    ids, rounds = rng.permutation(200), rng.integers(0, 9, 200)
+    for steps, epochs in ((3, 0), (0, 1)):
+        # Execute
+        together = round_plan(pool, ids, steps, epochs, 16, seed=2, round_idx=rounds)
+        # Assert: every client's minibatches are those of its plan alone (the padding may differ)
+        assert len(ids) * 500 > ONE_GROUP_UP_TO
+        for k in range(0, 200, 7):
+            alone = round_plan(pool, ids[k:k + 1], steps, epochs, 16, seed=2, round_idx=rounds[k:k + 1])
+            width = alone[0].shape[2]
+            assert torch.equal(together[1][: alone[1].shape[0], k, :width], alone[1][:, 0])
+            assert torch.equal(together[0][: alone[0].shape[0], k, :width] * alone[1][:, 0].long(),
+                               alone[0][:, 0] * alone[1][:, 0].long())
+            assert not together[1][alone[1].shape[0]:, k].any() and not together[1][:, k, width:].any()
+
+
 def test_divergence_with_continue_keeps_personal_models_finite(small_config):
     # a huge lambda makes the personal step explode; the round is dropped, personal rows restored
     trial = build_trial(small_config(method={"name": "ditto", "lam": 1e12}, rounds=4, on_divergence="continue"))

@@ -73,7 +73,7 @@ def dense_descend_(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y: to
     needs them is done. No gradient is assembled and no loss value computed. Equal to the
     unfused gradient step within float32 rounding (engine version 2, its softmax 3; ``tests/test_models_dense.py``)."""
     weights, biases = _layers(plan, params)
-    _sgd_step(weights, biases, x, y, _step_factor(scale, mask), in_place=True)
+    _sgd_step(weights, biases, x, _targets(y, _step_factor(scale, mask)), in_place=True)
 
 
 def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
@@ -91,14 +91,15 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
     steps, n = x.shape[:2]
     if steps == 0:
         return w.new_zeros(n, w.numel())
-    globals_w, globals_b = ([layer[0] for layer in part] for part in _layers(plan, w[None]))
+    globals_w, globals_b = _global_layers(plan, w)
     weights, biases = globals_w, globals_b  # shared by every client until step 0
-    factor = _step_factor(scale, mask)  # every step's at once
+    targets = _targets(y, _step_factor(scale, mask))  # every step's at once
     updates = w.new_empty(n, w.numel())
     into_w, into_b = _layers(plan, updates)
-    for s in range(steps):
-        send = (globals_w, globals_b, into_w, into_b) if s == steps - 1 else None
-        weights, biases = _sgd_step(weights, biases, x[s], y[s], factor[s], in_place=s > 0, send=send)
+    last = steps - 1
+    for s, (x_s, *target) in enumerate(zip(x.unbind(0), *(t.unbind(0) for t in targets), strict=True)):
+        send = (globals_w, globals_b, into_w, into_b) if s == last else None
+        weights, biases = _sgd_step(weights, biases, x_s, target, in_place=s > 0, send=send)
     return updates
 
 
@@ -128,33 +129,42 @@ def _step_factor(scale: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (scale / mask.sum(-1).clamp_min(1)).unsqueeze(-1) * mask
 
 
-def _scaled_softmax_minus_one_hot_(z: torch.Tensor, y: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+def _targets(y: torch.Tensor, factor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The labels y [..., B] and the samples' factors [..., B] as the softmax step reads them, for every step at
+    once: the labels and factors [..., B, 1], and the factors negated."""
+    factor = factor.unsqueeze(-1)
+    return y.unsqueeze(-1), factor, factor.neg()
+
+
+def _scaled_softmax_minus_one_hot_(z: torch.Tensor, y: torch.Tensor, factor: torch.Tensor,
+                                   neg_factor: torch.Tensor) -> torch.Tensor:
     """The cross-entropy's gradient at the logits z [n, B, C], softmax(z) - one-hot(y), times each sample's
-    ``factor`` [n, B]; in place of z. On a CPU the softmax is written out (exp(z - max) / sum, the sum's reciprocal
-    folded into the factor: engine version 3): ATen's softmax kernel alone takes 20 us on [10, 16, 10], rows of a few
-    classes, and with the one-hot and the factor 26 us, where these eight small kernels take 12. On a GPU, ATen's
-    softmax (fewer kernel launches)."""
+    ``factor``, in place of z (labels y, ``factor`` and ``neg_factor`` its negation, each [n, B, 1]: ``_targets``).
+    On a CPU the softmax is written out (exp(z - max) / sum, the sum's reciprocal folded into the factor: engine
+    version 3): ATen's softmax kernel alone takes 20 us on [10, 16, 10], rows of a few classes, and with the one-hot
+    and the factor 26 us, where these eight small kernels take 12. On a GPU, ATen's softmax (fewer kernel launches)."""
     if z.is_cuda:
         dz = torch.softmax(z, -1)
-        dz.scatter_add_(-1, y.unsqueeze(-1), dz.new_full((*z.shape[:2], 1), -1.0))
-        return dz.mul_(factor.unsqueeze(-1))
+        dz.scatter_add_(-1, y, dz.new_full((*z.shape[:2], 1), -1.0))
+        return dz.mul_(factor)
     z.sub_(z.amax(-1, keepdim=True)).exp_()
-    z.mul_(factor.unsqueeze(-1) / z.sum(-1, keepdim=True))
-    return z.scatter_add_(-1, y.unsqueeze(-1), factor.neg().unsqueeze(-1))
+    z.mul_(factor / z.sum(-1, keepdim=True))
+    return z.scatter_add_(-1, y, neg_factor)
 
 
-def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-              factor: torch.Tensor, in_place: bool, send: tuple | None = None) -> tuple[list, list]:
-    """One fused SGD step (``dense_descend_``) of layers ``weights`` [n, out, in] and ``biases`` [n, out] with the
-    samples' ``factor`` [n, B] (``_step_factor``), in place; or (``in_place`` false) from the global model's layers
-    [out, in] and [out], shared by every client, into new tensors [n, out, in] and [n, out]. Returns the layers.
+def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.Tensor, target: tuple,
+              in_place: bool, send: tuple | None = None) -> tuple[list, list]:
+    """One fused SGD step (``dense_descend_``) of layers ``weights`` [n, out, in] and ``biases`` [n, out] toward the
+    step's ``target`` (labels and samples' factors, ``_targets`` of ``_step_factor``), in place; or (``in_place``
+    false) from the global model's layers [out, in] and [out], shared by every client, into new tensors [n, out, in]
+    and [n, out]. Returns the layers.
     ``send`` (the global layers, then the updates' views of each layer): each new layer minus the global one is
     written there once the layer is updated.
     Shared layers take one matrix product over all the clients' samples where each client's would be its own: the
     same numbers (each output row is the same dot products), in larger, faster products."""
     n, batch = x.shape[:2]
     start_w, start_b, into_w, into_b = send if send is not None else (None,) * 4
-    h = x.reshape(n, batch, -1)
+    h = x if x.dim() == 3 else x.reshape(n, batch, -1)
     inputs = [h]
     last = len(weights) - 1
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
@@ -162,7 +172,7 @@ def _sgd_step(weights: list[torch.Tensor], biases: list[torch.Tensor], x: torch.
         if i < last:
             h = z.relu_()  # z is not read again
             inputs.append(h)
-    dz = _scaled_softmax_minus_one_hot_(z, y, factor)
+    dz = _scaled_softmax_minus_one_hot_(z, *target)
     weights, biases = list(weights), list(biases)
     for i in range(last, -1, -1):
         w, b = weights[i], biases[i]
@@ -214,6 +224,12 @@ def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y:
         if i > 0:
             dz = torch.ops.aten.threshold_backward(torch.bmm(dz, weights[i]), inputs[i], 0)
     return value, [g.reshape(n, -1) for g in reversed(grads)]
+
+
+def _global_layers(plan: DensePlan, w: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The layers of one flat model w [d]: weights [out, in] and biases [out] (views)."""
+    chunks = w.split_with_sizes(plan.chunk_sizes)
+    return [c.view(out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)], list(chunks[1::2])
 
 
 def _layers(plan: DensePlan, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -1,11 +1,11 @@
 """The draws and minibatch plans of the next rounds, computed several rounds at a time.
 
 A round's draw and its clients' plans are pure functions of (seed, round, client) (``simulation.data``), so those of
-``AHEAD`` rounds come out of one pass of array operations as equal, entry for entry, to the ones each round would
-compute alone: a few hundred small numpy calls a round become a few dozen, a sixth of a small model's round on a
-CPU (``make perf``). The cache holds only what the rounds themselves would compute; a round whose draw depends on
-the run (a rule removed clients: ``server[EXCLUDED]``) or a plan of another schedule (finetuning, a client budget)
-is computed on its own, as before.
+a block of rounds (``RoundsAhead.rounds``: 16 to 64) come out of one pass of array operations as equal, entry for
+entry, to the ones each round would compute alone: a few hundred small numpy calls a round become a few dozen, a
+sixth of a small model's round on a CPU (``make perf``). The cache holds only what the rounds themselves would
+compute; a round whose draw depends on the run (a rule removed clients: ``server[EXCLUDED]``) or a plan of another
+schedule (finetuning, a client budget) is computed on its own, as before.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import torch
 from fedarena.models.batch import Batch
 from fedarena.simulation.data import Pooled, drawn_clients_of_rounds, gather, plan_shapes, round_plan
 
-AHEAD = 16  # rounds drawn and planned together (more costs as much a round: the plans' arrays grow)
-GATHER_BYTES = 8 << 20  # a block's minibatches are gathered at once up to this size (small models' data)
+PLANS_AHEAD = 640  # client plans computed together: the rounds of a block, times the clients of a round
+FEWEST_AHEAD, MOST_AHEAD = 16, 64  # rounds in a block (a block of 64 rounds of 10 clients saves 1-2% a round of a
+# small MLP against one of 16, where at 50 clients a round 16 rounds are as fast as 32 or 64: the plans' arrays grow)
+GATHER_BYTES = 512 << 10  # a block's minibatches are gathered at once up to this size a round (small models' data)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,13 @@ class RoundsAhead:
     _draws: dict[int, np.ndarray] = field(default_factory=dict)
     _rounds: dict[int, Planned] = field(default_factory=dict)
     _block: tuple = ()  # the block's plan (index, mask, active) for all its rounds' clients, side by side
-    _gathered: Batch | None = None  # the block's minibatches of ``train``, once gathered
+    _gathered: tuple | None = None  # the block's minibatches of ``train`` (a ``Batch``'s fields), once gathered
+    _round_views: list = field(default_factory=list)  # each round's columns of them, in the block's order
+
+    @property
+    def rounds(self) -> int:
+        """Rounds drawn and planned together: ``PLANS_AHEAD`` clients' plans, within 16 to 64 rounds."""
+        return min(MOST_AHEAD, max(FEWEST_AHEAD, PLANS_AHEAD // max(self.per_round, 1)))
 
     def drawn(self, round_idx: int) -> np.ndarray:
         """The round's clients in the order drawn (``data.drawn_clients`` without exclusions)."""
@@ -71,9 +79,13 @@ class RoundsAhead:
         cut = self._cut(pool, group, round_idx, steps, epochs) if pool is self.train else None
         if cut is None or not self._gather_block():
             return gather(pool, *self.plan(pool, group, round_idx, steps, epochs))
-        g = self._gathered
-        return Batch(*(_window(t, *cut) for t in (g.x, g.y, g.mask)), _window(g.active, *cut[:2]),
-                     _window(g.index, *cut))
+        num_steps, cols, width = cut
+        if isinstance(cols, slice):  # a whole round: its columns were split from the block with the others'
+            x, y, mask, active, index = self._round_views[cols.start // (cols.stop - cols.start)]
+        else:
+            x, y, mask, active, index = (t[:, cols] for t in self._gathered)
+        return Batch(_trimmed(x, num_steps, width), _trimmed(y, num_steps, width), _trimmed(mask, num_steps, width),
+                     _trimmed(active, num_steps), _trimmed(index, num_steps, width))
 
     def _cut(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
         """(steps, the block's columns, width) of the group's plan in this round, or None where the block does not
@@ -81,7 +93,7 @@ class RoundsAhead:
         planned = self._rounds.get(round_idx)
         if planned is None or (steps, epochs) != (self.steps, self.epochs) or not self._same_layout(pool):
             return None
-        if len(group) == len(planned.ids) and np.array_equal(group, planned.ids):  # the whole round (batched)
+        if len(group) == len(planned.ids) and (group == planned.ids).all():  # the whole round (batched)
             return planned.steps, planned.cols, planned.width
         rows = np.searchsorted(planned.ids, group)  # part of it (the sequential backend's groups)
         if not (rows < len(planned.ids)).all() or not np.array_equal(planned.ids[rows], group):
@@ -95,23 +107,27 @@ class RoundsAhead:
                                                   and np.array_equal(pool.offsets, self.train.offsets))
 
     def _gather_block(self) -> bool:
-        """Whether the block's minibatches are gathered (now, if they fit ``GATHER_BYTES``)."""
+        """Whether the block's minibatches are gathered (now, if they fit ``GATHER_BYTES`` a round)."""
         if self._gathered is None:
             index = self._block[0]
             row_bytes = int(np.prod(self.train.x.shape[1:])) * self.train.x.element_size()
-            if index.numel() * row_bytes > GATHER_BYTES:
+            if index.numel() * row_bytes > GATHER_BYTES * self.rounds:
                 return False
-            self._gathered = gather(self.train, *self._block)
+            g = gather(self.train, *self._block)
+            self._gathered = (g.x, g.y, g.mask, g.active, g.index)
+            first = next(iter(self._rounds.values())).cols  # every round has as many columns as the first
+            self._round_views = list(zip(*(t.split(first.stop - first.start, 1) for t in self._gathered),
+                                         strict=True))  # five calls a block, not five a round
         return True
 
     def _fill(self, first: int) -> None:
-        """Draw and plan rounds ``first`` .. ``first + AHEAD - 1``, forgetting the earlier ones."""
-        rounds = np.arange(first, first + AHEAD)
+        """Draw and plan rounds ``first`` .. ``first + self.rounds - 1``, forgetting the earlier ones."""
+        rounds = np.arange(first, first + self.rounds)
         draws = drawn_clients_of_rounds(self.seed, self.sampling, self.train.sizes, self.per_round, rounds)
         ids = np.sort(draws, axis=1)
         self._block = round_plan(self.train, ids.reshape(-1), self.steps, self.epochs, self.batch_size, self.seed,
                                  np.repeat(rounds, ids.shape[1]))
-        self._gathered = None
+        self._gathered, self._round_views = None, []
         steps, widths = plan_shapes(self.train.sizes[ids].astype(np.int64), self.steps, self.epochs, self.batch_size)
         n = ids.shape[1]
         self._draws = {int(r): d for r, d in zip(rounds, draws, strict=True)}
@@ -120,9 +136,14 @@ class RoundsAhead:
 
 
 def _window(block: torch.Tensor, num_steps: int, cols: slice | torch.Tensor, width: int | None = None) -> torch.Tensor:
-    """``block[:num_steps, cols, :width]`` (a view where ``cols`` is a slice), slicing only the dimensions it cuts:
-    each slice is a dispatched call, and a round's batch takes five of these."""
+    """``block[:num_steps, cols, :width]`` (a view where ``cols`` is a slice)."""
     part = block.narrow(1, cols.start, cols.stop - cols.start) if isinstance(cols, slice) else block[:, cols]
+    return _trimmed(part, num_steps, width)
+
+
+def _trimmed(part: torch.Tensor, num_steps: int, width: int | None = None) -> torch.Tensor:
+    """``part[:num_steps, :, :width]``, slicing only the dimensions it cuts: each slice is a dispatched call, and a
+    round's batch has five fields."""
     if num_steps < part.shape[0]:
         part = part.narrow(0, 0, num_steps)
     if width is not None and width < part.shape[2]:

@@ -148,20 +148,24 @@ def round_plan(
     ids = np.asarray(ids, dtype=np.int64)
     sizes = pooled.sizes[ids].astype(np.int64)
     b, per_pass, passes, own_steps = plan_schedule(sizes, steps, epochs, batch_size)
-    longest, width_all = int(passes.max()), int(sizes.max())
-    # pass p of client j sorts uniforms p * size_j ... (p + 1) * size_j - 1 of its own sequence: nothing depends
-    # on the other clients of the call
-    place = np.arange(longest)[None, :, None] * sizes[:, None, None] + np.arange(width_all)  # [n, P, width]
-    uniforms = keyed_uniforms(seed, TRAIN, round_idx, ids, int((passes * sizes).max()))
-    inside = (np.arange(width_all) < sizes[:, None, None]) & (np.arange(longest)[None, :, None] < passes[:, None, None])
-    picked_u = np.take_along_axis(uniforms, np.where(inside, place, 0).reshape(len(ids), -1), axis=1)
-    perms = np.argsort(np.where(inside, picked_u.reshape(place.shape), np.inf), axis=2, kind="stable")
-    num_steps, width = int(own_steps.max()), min(batch_size, width_all)
+    longest, widest = int(passes.max()), int(sizes.max())
+    num_steps, width = int(own_steps.max()), min(batch_size, widest)
     step = np.arange(num_steps)[:, None]  # [S, 1]
     within = (step % per_pass)[..., None] * b[None, :, None] + np.arange(width)  # [S, n, W] place in the pass
     real = (np.arange(width) < b[:, None])[None] & (within < sizes[:, None]) & (step < own_steps)[..., None]
     pass_of = np.minimum(step // per_pass, longest - 1)[..., None]
-    picked = perms[np.arange(len(ids))[None, :, None], pass_of, np.where(real, within, 0)]
+    place = np.where(real, within, 0)
+    if len(ids) * longest * widest <= ONE_GROUP_UP_TO:  # a small call: every client's permutations at once
+        perms = _permutations(seed, round_idx, ids, sizes, passes, longest, widest)
+        picked = perms[np.arange(len(ids))[None, :, None], pass_of, place]
+    else:
+        picked = np.zeros(place.shape, dtype=np.int64)  # a client without samples: none of its entries is real
+        for rows in _like_sizes(sizes):
+            rounds = round_idx[rows] if np.ndim(round_idx) else round_idx
+            most, wide = int(passes[rows].max()), int(sizes[rows].max())
+            perms = _permutations(seed, rounds, ids[rows], sizes[rows], passes[rows], most, wide)
+            picked[:, rows] = perms[np.arange(len(rows))[None, :, None], np.minimum(pass_of[:, rows], most - 1),
+                                    place[:, rows]]
     index = pooled.offsets[ids][None, :, None] + np.where(real, picked, 0)  # padding: a real sample of the client
     mask = real.astype(np.float32)
     active = (mask.sum(-1) > 0).astype(np.float32)
@@ -169,12 +173,43 @@ def round_plan(
     return torch.as_tensor(index, device=dev), torch.as_tensor(mask, device=dev), torch.as_tensor(active, device=dev)
 
 
+ONE_GROUP_UP_TO = 16384  # permutation entries (clients x passes x the largest size) computed in one group
+
+
+def _like_sizes(sizes: np.ndarray) -> list[np.ndarray]:
+    """The clients with samples, grouped by size up to the next power of two: a group's permutations are as wide as
+    its largest client, not the call's (in a block of 64 digits rounds, where the largest client is 5 times the
+    mean, the plans take a quarter less time)."""
+    width_class = np.where(sizes > 0, np.ceil(np.log2(np.maximum(sizes, 1))), -1).astype(np.int64)
+    return [np.flatnonzero(width_class == c) for c in np.unique(width_class[width_class >= 0])]
+
+
+def _permutations(seed: int, round_idx: int | np.ndarray, ids: np.ndarray, sizes: np.ndarray, passes: np.ndarray,
+                  longest: int, widest: int) -> np.ndarray:
+    """[n, longest, widest]: row (j, p) orders client j's samples by uniforms p * size_j ... (p + 1) * size_j - 1 of
+    its own sequence (its first size_j entries): nothing depends on the other clients of the call."""
+    place = np.arange(longest)[None, :, None] * sizes[:, None, None] + np.arange(widest)  # [n, P, W]
+    uniforms = keyed_uniforms(seed, TRAIN, round_idx, ids, int((passes * sizes).max()))
+    inside = (np.arange(widest) < sizes[:, None, None]) & (np.arange(longest)[None, :, None] < passes[:, None, None])
+    picked_u = np.take_along_axis(uniforms, np.where(inside, place, 0).reshape(len(ids), -1), axis=1)
+    return np.argsort(np.where(inside, picked_u.reshape(place.shape), np.inf), axis=2, kind="stable")
+
+
 def gather(pooled: Pooled, index: torch.Tensor, mask: torch.Tensor, active: torch.Tensor) -> Batch:
-    return Batch(pooled.x[index], pooled.y[index], mask.to(pooled.x.dtype), active.to(pooled.x.dtype), index)
+    return Batch(take_rows(pooled.x, index), take_rows(pooled.y, index), mask.to(pooled.x.dtype),
+                 active.to(pooled.x.dtype), index)
+
+
+def take_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``values[index]`` (rows of a pooled tensor, an index of any shape) as one ``index_select`` of whole rows: on a
+    CPU 5-6x faster than advanced indexing, which copies row by row element-wise (545 against 87 us for a block of
+    20,480 digits rows). The same values."""
+    return values.index_select(0, index.reshape(-1)).view(*index.shape, *values.shape[1:])
 
 
 def gather_all(pooled: Pooled, ids: np.ndarray) -> Batch:
     """Every sample of the clients' split as one padded batch (validation losses, global-model losses)."""
     index, real = pooled.padded_index(ids)
     mask = real.to(pooled.x.dtype)
-    return Batch(pooled.x[index], pooled.y[index], mask, torch.ones(len(ids), device=mask.device), index)
+    return Batch(take_rows(pooled.x, index), take_rows(pooled.y, index), mask, torch.ones(len(ids), device=mask.device),
+                 index)

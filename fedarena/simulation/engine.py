@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fedarena.attacks.base import AttackView, RoundRule
-from fedarena.methods.aggregators import EXCLUDED, RoundDraw
+from fedarena.methods.aggregators import EXCLUDED, Aggregator, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
@@ -258,7 +258,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
         upd, clients = train_group(trial, state.w, clients, pool, group, t)
         updates.append(upd)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    info = ServerInfo(trial.weights[ids], losses, rows, trial.cfg.lr, t)
+    info = ServerInfo(trial.weights[rows], losses, rows, trial.cfg.lr, t)  # a tensor index: a numpy one costs 15 us
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
@@ -266,7 +266,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
     if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
         stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))
-    stacked = _tamper(trial, stacked, ids, t, RoundRule(aggregate, info.weights, info.losses))
+    stacked = _tamper(trial, stacked, ids, t, aggregate, info)
     rule = aggregate
     if trial.privacy is not None and aggregate is not None:  # central DP: clipped, uniform weights, noised
         rule = trial.privacy.server_rule(aggregate, server, _privacy_stream(trial, t, SERVER_NOISE),
@@ -298,7 +298,10 @@ def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
             clients[key].index_copy_(0, rows, old)
 
 
-def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, rule: RoundRule) -> torch.Tensor:
+def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, aggregate: Aggregator | None,
+            info: ServerInfo) -> torch.Tensor:
+    """The updates after a model attack's tampering (the malicious rows'); an attack that reads the server's rule
+    sees it as the round's ``RoundRule`` (the aggregator for the round, with the round's weights and losses)."""
     effect = trial.threat.effect
     if effect.tamper is None or not effect.active(round_idx):  # most rounds of most runs: nothing to build
         return updates
@@ -306,7 +309,7 @@ def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int
     if not bool(bad.any()):
         return updates
     gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
-    extra = {"rule": rule} if effect.needs_rule else {}
+    extra = {"rule": RoundRule(aggregate, info.weights, info.losses)} if effect.needs_rule else {}
     if effect.needs_ids:
         extra["ids"] = torch.as_tensor(ids)
     return effect.tamper(updates, bad, gen, **extra)

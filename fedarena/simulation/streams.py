@@ -45,11 +45,23 @@ def _mix64_int(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _key_state(seed: int, tag: int, round_idx: int) -> int:
+def _key_prefix(seed: int, tag: int) -> int:
+    """The key state after (seed, tag): each part in turn is added, times the golden gamma, and mixed."""
     state = 0
-    for part in (seed, tag, round_idx):  # Python integers: numpy scalars cost microseconds an operation
+    for part in (seed, tag):  # Python integers: numpy scalars cost microseconds an operation
         state = _mix64_int((state + (part + 1) * _GAMMA) & _MASK)
     return state
+
+
+def _key_state(seed: int, tag: int, round_idx: int) -> int:
+    return _mix64_int((_key_prefix(seed, tag) + (round_idx + 1) * _GAMMA) & _MASK)
+
+
+def _key_states(seed: int, tag: int, rounds: np.ndarray) -> np.ndarray:
+    """``_key_state`` of every entry of ``rounds`` (non-negative), in one vectorised pass (uint64 arithmetic wraps
+    modulo 2^64 as the masked integers do)."""
+    with np.errstate(over="ignore"):
+        return _mix64(np.uint64(_key_prefix(seed, tag)) + (rounds.astype(np.uint64) + np.uint64(1)) * GOLDEN_GAMMA)
 
 
 def keyed_bits(seed: int, tag: int, round_idx: int | np.ndarray, keys: np.ndarray, count: int) -> np.ndarray:
@@ -59,8 +71,7 @@ def keyed_bits(seed: int, tag: int, round_idx: int | np.ndarray, keys: np.ndarra
     if np.ndim(round_idx) == 0:
         state = np.uint64(_key_state(seed, tag, int(round_idx)))
     else:
-        rounds, where = np.unique(np.asarray(round_idx, dtype=np.int64), return_inverse=True)
-        state = np.array([_key_state(seed, tag, int(r)) for r in rounds], dtype=np.uint64)[where]
+        state = _key_states(seed, tag, np.asarray(round_idx, dtype=np.int64))
     with np.errstate(over="ignore"):
         rows = _mix64(state + (np.asarray(keys, dtype=np.uint64) + np.uint64(1)) * GOLDEN_GAMMA)
         counters = (np.arange(1, count + 1, dtype=np.uint64) * GOLDEN_GAMMA)[None, :]
