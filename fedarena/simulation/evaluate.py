@@ -16,7 +16,7 @@ import torch
 from torch.func import vmap
 
 from fedarena.models.functional import FlatModel
-from fedarena.simulation.data import Pooled
+from fedarena.simulation.data import Pooled, take_rows
 from fedarena.simulation.metrics import Counts
 from fedarena.simulation.tensor_memory import TensorMemory
 
@@ -112,9 +112,9 @@ def _score(model: FlatModel, forward, rows: torch.Tensor, x: torch.Tensor, y: to
            real: torch.Tensor, owner: torch.Tensor, key: int | None, sums: list[torch.Tensor]) -> None:
     """Clients ``owner`` [c] with parameters ``rows`` [c, d] on their padded samples ``index`` [c, b] (``real``:
     not padding) of the pooled ``x``, ``y``, counted into ``sums``."""
-    out = forward(rows, x[index], index, key)
+    out = forward(rows, take_rows(x, index), index, key)
     owner = owner[:, None].expand_as(index)
-    _accumulate(model, out.flatten(0, 1), y[index].flatten(0, 1), owner.flatten(), real.to(torch.float64).flatten(),
+    _accumulate(model, out.flatten(0, 1), take_rows(y, index).flatten(0, 1), owner.flatten(), real.to(torch.float64).flatten(),
                 len(sums[2]), len(sums[0]) // len(sums[2]), sums)
 
 
