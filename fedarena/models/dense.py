@@ -91,7 +91,7 @@ def dense_local_sgd(plan: DensePlan, w: torch.Tensor, x: torch.Tensor, y: torch.
     steps, n = x.shape[:2]
     if steps == 0:
         return w.new_zeros(n, w.numel())
-    globals_w, globals_b = _global_layers(plan, w)
+    globals_w, globals_b = _layers(plan, w)
     weights, biases = globals_w, globals_b  # shared by every client until step 0
     targets = _targets(y, _step_factor(scale, mask))  # every step's at once
     updates = w.new_empty(n, w.numel())
@@ -226,13 +226,10 @@ def dense_layer_grads(plan: DensePlan, params: torch.Tensor, x: torch.Tensor, y:
     return value, [g.reshape(n, -1) for g in reversed(grads)]
 
 
-def _global_layers(plan: DensePlan, w: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The layers of one flat model w [d]: weights [out, in] and biases [out] (views)."""
-    chunks = w.split_with_sizes(plan.chunk_sizes)
-    return [c.view(out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)], list(chunks[1::2])
-
-
 def _layers(plan: DensePlan, params: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    chunks = params.split_with_sizes(plan.chunk_sizes, 1)  # the method itself: torch.split's wrapper costs microseconds
-    weights = [c.view(-1, out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)]
+    """Views of the layers of flat models ``params`` [..., d]: weights [..., out, in] and biases [..., out] (one
+    model [d], or one per client [n, d])."""
+    chunks = params.split_with_sizes(plan.chunk_sizes, -1)  # the method itself: torch.split's wrapper costs us
+    lead = params.shape[:-1]
+    weights = [c.view(*lead, out, inp) for c, (out, inp) in zip(chunks[0::2], plan.shapes, strict=True)]
     return weights, list(chunks[1::2])

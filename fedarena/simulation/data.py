@@ -101,9 +101,9 @@ class Pooled:
     def with_rows_replaced(self, ids: np.ndarray, corrupt, malicious: np.ndarray, gen: torch.Generator) -> Pooled:
         """A copy whose clients ``ids`` hold ``corrupt``-ed data (persistent outliers, drawn anew each round)."""
         rows = self.rows(ids)
-        owner = self.owner[rows]
+        owner = take_rows(self.owner, rows)
         bad = torch.as_tensor(malicious, device=self.x.device)[owner]
-        x_new, y_new = corrupt(self.x[rows], self.y[rows], owner, bad, gen)
+        x_new, y_new = corrupt(take_rows(self.x, rows), take_rows(self.y, rows), owner, bad, gen)
         return replace(self, x=self.x.index_put((rows,), x_new), y=self.y.index_put((rows,), y_new))
 
     def padded_index(self, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -114,8 +114,8 @@ def _score(model: FlatModel, forward, rows: torch.Tensor, x: torch.Tensor, y: to
     not padding) of the pooled ``x``, ``y``, counted into ``sums``."""
     out = forward(rows, take_rows(x, index), index, key)
     owner = owner[:, None].expand_as(index)
-    _accumulate(model, out.flatten(0, 1), take_rows(y, index).flatten(0, 1), owner.flatten(), real.to(torch.float64).flatten(),
-                len(sums[2]), len(sums[0]) // len(sums[2]), sums)
+    _accumulate(model, out.flatten(0, 1), take_rows(y, index).flatten(0, 1), owner.flatten(),
+                real.to(torch.float64).flatten(), len(sums[2]), len(sums[0]) // len(sums[2]), sums)
 
 
 def _rows(params: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
