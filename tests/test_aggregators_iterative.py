@@ -9,7 +9,7 @@ from scipy.optimize import minimize
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS
-from fedarena.methods.aggregators.mgda import project_simplex_box
+from fedarena.methods.aggregators.mgda import min_norm_weights, null_basis
 
 SEVEN = [(1.0, 1.0), (1.3, 0.9), (0.9, 1.1), (1.1, 1.4), (0.8, 0.7), (9.0, 7.0), (-6.0, 12.0)]
 
@@ -44,11 +44,39 @@ def scipy_fedmgda(updates: np.ndarray, eps: float) -> np.ndarray:
     return result.x @ g
 
 
-def test_projection_onto_simplex_and_box():
-    y = tensor([0.5, 0.2, -1.0])
-    expect(project_simplex_box(y, 0.0, 1.0), [0.65, 0.35, 0.0])  # shift -0.15
-    expect(project_simplex_box(y, 0.0, 0.6), [0.6, 0.4, 0.0])  # first coordinate hits the box
-    expect(project_simplex_box(y, 0.2, 0.4), [0.4, 0.4, 0.2])
+def test_null_basis_is_orthonormal_and_sums_to_zero():
+    for k in (2, 3, 10):
+        basis = null_basis(k)
+        assert np.allclose(basis.T @ basis, np.eye(k - 1)) and np.allclose(basis.sum(axis=0), 0.0)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0])
+def test_fedmgda_with_copied_updates_finds_the_min_norm_direction(eps):
+    # Mimic's attackers copy one honest update: G is singular and the weights are not unique, the aggregated
+    # direction is (the min-norm point of a convex set); SLSQP reaches it from its own start
+    rng = np.random.default_rng(7)
+    updates = rng.normal(size=(10, 6)) + np.array([0.8, 0.0, -0.4, 0.2, 0.0, 0.1])
+    updates[:3] = updates[7]
+    expect(run("fedmgda_plus", tensor(updates), eps=eps), scipy_fedmgda(updates, eps), atol=1e-6)
+
+
+def test_fedmgda_weights_are_feasible_and_optimal_on_random_problems():
+    # the KKT conditions by brute force: no feasible pairwise transfer of weight lowers the objective
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        n = int(rng.integers(3, 12))
+        g = rng.normal(size=(n, 5)) + rng.normal(size=5)
+        g[: trial % 3] = g[-1]  # some with copies
+        g /= np.linalg.norm(g, axis=1, keepdims=True)
+        gram, eps = g @ g.T, float(rng.choice([0.05, 0.2, 1.0]))
+        lam = min_norm_weights(gram, eps, 10_000, 1e-12)
+        lo, hi = max(0.0, 1 / n - eps), min(1.0, 1 / n + eps)
+        assert abs(lam.sum() - 1) < 1e-12 and lam.min() >= lo - 1e-12 and lam.max() <= hi + 1e-12
+        grad = 2 * gram @ lam
+        for i in range(n):
+            for j in range(n):  # moving weight from i to j is feasible and first-order descending: not optimal
+                if i != j and lam[i] > lo + 1e-9 and lam[j] < hi - 1e-9:
+                    assert grad[j] - grad[i] >= -1e-8, (trial, i, j)
 
 
 def test_fedmgda_eps_zero_is_the_mean_of_normalised_updates():

@@ -89,9 +89,12 @@ def test_summary_has_wall_time_and_the_slowest_cells_summed_over_seeds():
     clock.now += 185
     # Execute
     printer.summary()
-    # Assert
+    printer.summary(cores=2)
+    # Assert: the throughput where the cores are known, 5 trials / (185 s * 2 cores)
     assert lines == ["wall time 3m05s; slowest cells: ditto d a1@0.5 (2m00s, 2 seeds), global d clean (1m30s, 1 seed), "
-                     "krum d clean (30s, 1 seed)"]
+                     "krum d clean (30s, 1 seed)",
+                     "wall time 3m05s (5 trials: 0.0135 trials per core-second on 2 cores); slowest cells: ditto d a1@0.5 "
+                     "(2m00s, 2 seeds), global d clean (1m30s, 1 seed), krum d clean (30s, 1 seed)"]
 
 
 @pytest.mark.integration  # Ray
@@ -114,4 +117,5 @@ def test_a_real_benchmark_prints_an_eta_and_ends_with_the_summary(tmp_path):
     assert any("| ETA " in line and "global syn clean s1" in line for line in lines)
     assert lines[-2].startswith("done: 2 finished")
     assert lines[-1].startswith("wall time ") and "slowest cells: global syn clean (" in lines[-1]
+    assert "(2 trials: " in lines[-1] and " trials per core-second on 1 core)" in lines[-1]
     assert lines[-1].endswith(", 2 seeds)")

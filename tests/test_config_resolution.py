@@ -71,7 +71,7 @@ def test_the_worker_runs_the_drivers_resolved_config_without_parsing_validating_
     monkeypatch.setattr(ExperimentConfig, "from_dict", classmethod(lambda cls, data: parsed.append(data)))
     monkeypatch.setattr(ExperimentConfig, "check", lambda self: parsed.append("check"))
     # Execute
-    trainable.run_trial({"trial": {"config_hash": "h", "index": 0, "name": "trial s0"}}, {"h": payload})
+    trainable.run_trial({"trial": "h"}, trainable.packed_payloads({"h": payload}))
     # Assert: no section resolved, no dict parsed, no config checked; the final report carries the history
     assert seen == [] and parsed == []
     final = stub.reports[-1]

@@ -159,7 +159,7 @@ class TrackingCallback(tune.Callback):
         self.printer.event(tally((t.status for t in trials), len(self.plan)), text)
 
     def _planned(self, trial) -> Planned:
-        return self.plan[trial.config["trial"]["config_hash"]]
+        return self.plan[trial.config["trial"]]
 
     @_guarded
     def on_trial_start(self, iteration, trials, trial, **info):

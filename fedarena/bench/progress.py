@@ -2,11 +2,13 @@
 rounds have run, the suite's estimated time left; one summary line at the end::
 
     [3/12 done | 2 running | 7 pending | 0 failed | ETA 4m10s] ditto fmnist a1@0.5 s0: round 40/100 acc 0.874
-    wall time 6m02s; slowest cells: ditto fmnist a1@0.5 (3m10s, 2 seeds), median fmnist a1@0.5 (1m02s, 2 seeds)
+    wall time 6m02s (12 trials: 0.017 trials per core-second on 2 cores); slowest cells: ditto fmnist a1@0.5 (3m10s, 2 seeds), ...
 
 The ETA is the rounds left (of the trials seen, plus the unseen ones at the mean length of those seen) over
 the rounds run per second of wall time since the first report (all trials together, so concurrency counts). A trial's time
-is Ray Tune's ``time_total_s`` of its last report; a cell's is the sum over its seeds.
+is Ray Tune's ``time_total_s`` of its last report; a cell's is the sum over its seeds. Trials per core-second: the
+trials that ran to their end over the wall time times the cores Ray had (the suite's throughput, comparable
+across machines of one kind and across versions).
 """
 
 from __future__ import annotations
@@ -120,16 +122,20 @@ class Progress:
         left = sum(max(0, t.rounds - t.round) for t in open_trials) + unseen * mean_rounds
         return left / (ran / elapsed)
 
-    def summary(self, top: int = 3) -> str:
-        """``wall time ...; slowest cells: ...`` (a cell is a trial name without its seed)."""
+    def summary(self, top: int = 3, cores: float | None = None) -> str:
+        """``wall time ... (N trials: T trials per core-second on C cores); slowest cells: ...`` (a cell is a trial
+        name without its seed; the throughput where ``cores`` is known and some trial ended)."""
         cells: dict[str, list[float]] = {}
         for name, trial in self.trials.items():
             cells.setdefault(re.sub(r" s\d+$", "", name), []).append(trial.seconds)
         ranked = sorted(cells.items(), key=lambda item: -sum(item[1]))[:top]
         slowest = ", ".join(f"{cell} ({duration(sum(times))}, {len(times)} seed{'s' * (len(times) > 1)})"
                             for cell, times in ranked)
-        return f"wall time {duration(self.clock() - self.created)}; " + (
-            f"slowest cells: {slowest}" if slowest else "no trial ran")
+        wall = self.clock() - self.created
+        ended = sum(t.done for t in self.trials.values())
+        rate = (f" ({ended} trials: {ended / (wall * cores):.3g} trials per core-second on {cores:g} core{'s' * (cores != 1)})"
+                if cores and ended and wall > 0 else "")
+        return f"wall time {duration(wall)}{rate}; " + (f"slowest cells: {slowest}" if slowest else "no trial ran")
 
 
 class Printer:
@@ -145,6 +151,6 @@ class Printer:
     def advance(self, name: str, result: dict) -> None:
         self.progress.advance(name, result)
 
-    def summary(self) -> None:
-        """The one-line end summary: wall time and the slowest cells."""
-        self.emit(self.progress.summary())
+    def summary(self, cores: float | None = None) -> None:
+        """The one-line end summary: wall time, trials per core-second and the slowest cells."""
+        self.emit(self.progress.summary(cores=cores))

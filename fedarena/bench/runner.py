@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from fedarena.bench.budget import DEFAULT_FRACTION
@@ -61,7 +62,7 @@ from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.suite import Suite
-from fedarena.bench.trainable import auto_checkpoint_every, run_trial, trial_payload
+from fedarena.bench.trainable import auto_checkpoint_every, packed_payloads, run_trial, trial_payload
 from fedarena.bench.tuned import with_tuned
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
@@ -69,7 +70,7 @@ from fedarena.simulation.experiment import code_version
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
-from fedarena.tracking.store import check_store, suite_experiment
+from fedarena.tracking.store import check_store, suite_experiment, use_write_ahead_log
 
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "benchmark", "run_bench"]
 
@@ -171,6 +172,7 @@ def check_resources(cpus: float, gpus: float) -> None:
 def open_store(explicit_uri: str | None, suite: str) -> tuple[RunStore, str]:
     """The suite's experiment in a store that answers (fails fast, naming the store)."""
     uri = tracking_uri(explicit_uri)
+    use_write_ahead_log(uri)  # the driver commits a few times a trial
     client = check_store(uri)
     return RunStore(client, suite_experiment(client, uri, suite)), uri
 
@@ -337,13 +339,26 @@ def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer,
     hint = " Run the same command again to resume." if summary.failed or summary.killed or waiting else ""
     printer.emit(f"done: {summary.finished} finished, {summary.failed} failed, {summary.killed} interrupted{waiting}, "
                  f"{summary.skipped} skipped.{hint} Browse: fedarena ui; tables: fedarena leaderboard {suite}")
-    printer.summary()  # wall time and the slowest cells
+    printer.summary(_cores())  # wall time, throughput and the slowest cells
+
+
+EXPERIMENT_STATE_S = 900
+
+
+def _cores() -> float | None:
+    """The CPUs of the Ray cluster the benchmark ran on (None once Ray is gone)."""
+    import ray
+
+    return ray.cluster_resources().get("CPU") if ray.is_initialized() else None
 
 
 def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
-    try:  # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record
+    # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record. Its experiment state (every
+    # trial's JSON, rewritten every few seconds: 11% of the driver's time on the quick robustness suite) is
+    # never read back: a rerun is a new Tune experiment resuming from the store: written every 15 minutes.
+    try:
         with env_vars(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
-                      TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1"):
+                      TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1", TUNE_GLOBAL_CHECKPOINT_S=str(EXPERIMENT_STATE_S)):
             tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl+C (or SIGTERM) while Tune was stopping: the runs close below
         pass
@@ -353,12 +368,13 @@ def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
 
 def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback: TrackingCallback,
            scale_every: int | None = None, scratch: Path | None = None):
-    """One Tune trial per planned run. The trials' Tune configs hold only index, hash and name; the payloads
-    (configs) and the plugins' sources reach the trainable through Ray's object store, once (Tune copies and
-    saves configs often); every worker imports those plugins before it builds a trial."""
+    """One Tune trial per planned run. A trial's Tune config is its config hash alone (Tune deep-copies the grid's
+    list for every trial it creates: a list of strings stays cheap); each payload (config) reaches the
+    trainable pickled on its own (``packed_payloads``) through Ray's object store, once, so a worker unpickles
+    only its trial's, not every trial's; every worker imports the plugins before it builds a trial."""
     from ray import tune
 
-    payloads, keys = {}, []
+    payloads, names = {}, {}
     driver = {"host": socket.gethostname(), "pid": os.getpid()}
     for index, planned in enumerate(plan.values()):
         cfg, spec = planned.spec.config, planned.spec
@@ -367,17 +383,19 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
             scratch=str(scratch) if scratch else None, driver=driver, round_hook=options.round_hook, cpus=options.cpus_per_trial,
             checkpoint_budget=budget, legacy_hash=spec.legacy_hash if planned.resume_legacy else "")
-        keys.append({"index": index, "config_hash": spec.config_hash, "name": spec.name})
+        names[spec.config_hash] = (index, spec.name)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()
     # Keeping a bounded number of checkpoints per trial makes Tune snapshot its whole experiment state at every
     # checkpoint (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
     keep = CHECKPOINTS_KEPT if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
+    trainable = tune.with_parameters(run_trial, payloads=packed_payloads(payloads), plugins=shipped())
     return tune.Tuner(
-        tune.with_resources(tune.with_parameters(run_trial, payloads=payloads, plugins=shipped()), resources),
-        param_space={"trial": tune.grid_search(keys)},
+        tune.with_resources(trainable, resources),
+        param_space={"trial": tune.grid_search(list(names))},
         tune_config=tune.TuneConfig(max_concurrent_trials=options.max_concurrent, reuse_actors=True,
-                                    trial_name_creator=_trial_name, trial_dirname_creator=_trial_dirname),
+                                    trial_name_creator=partial(_trial_name, names),
+                                    trial_dirname_creator=partial(_trial_dirname, names)),
         run_config=tune.RunConfig(
             name=f"{suite}-{options.scale}-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=str(storage),
             verbose=0, callbacks=[callback], stop=StoreStopper(callback), failure_config=tune.FailureConfig(max_failures=options.max_failures),
@@ -385,10 +403,10 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
     )  # fmt: skip
 
 
-def _trial_name(trial) -> str:
-    return trial.config["trial"]["name"]
+def _trial_name(names: dict[str, tuple[int, str]], trial) -> str:
+    return names[trial.config["trial"]][1]
 
 
-def _trial_dirname(trial) -> str:
-    payload = trial.config["trial"]
-    return f"{payload['index']:05d}_{payload['config_hash']}"
+def _trial_dirname(names: dict[str, tuple[int, str]], trial) -> str:
+    config_hash = trial.config["trial"]
+    return f"{names[config_hash][0]:05d}_{config_hash}"

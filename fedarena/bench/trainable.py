@@ -1,8 +1,9 @@
 """The Ray Tune trainable: one federated run per trial, checkpointed every N rounds.
 
-``run_trial`` receives ``{"trial": {"index", "config_hash", "name"}}`` (the trial's Tune config, kept small:
-Tune copies and saves it often) and the payloads of every trial by config hash (see ``trial_payload``;
-passed with ``tune.with_parameters``, stored once in Ray's object store). It builds the trial, restores the
+``run_trial`` receives ``{"trial": config_hash}`` (the trial's Tune config, kept small: Tune copies and saves it
+often) and the payloads of every trial by config hash, each pickled on its own (``packed_payloads``; passed
+with ``tune.with_parameters``, stored once in Ray's object store: a worker unpickles its trial's alone). It
+builds the trial, restores the
 latest state if there is one, runs the remaining rounds and reports to Ray Tune:
 
 - at every evaluation round: the engine's metrics (``evaluated: True``) with ``round``, unless
@@ -33,6 +34,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import socket
 import tempfile
 import threading
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ray import tune
+from ray import cloudpickle, tune
 
 from fedarena.bench.budget import CheckpointBudget
 from fedarena.config import ExperimentConfig
@@ -166,11 +168,17 @@ class Reporter:
         tune.report(result, checkpoint=tune.Checkpoint.from_directory(str(directory)))
 
 
-def run_trial(tune_config: dict, payloads: dict[str, dict], plugins: tuple[PluginSource, ...] = ()) -> None:
+def packed_payloads(payloads: dict[str, dict]) -> dict[str, bytes]:
+    """Each trial's payload pickled on its own. Ray unpickles what ``tune.with_parameters`` holds for every trial
+    it starts: a dict of bytes costs 0.3 ms there, a dict of 1,506 configs 17 ms (the quick robustness suite)."""
+    return {config_hash: cloudpickle.dumps(payload) for config_hash, payload in payloads.items()}
+
+
+def run_trial(tune_config: dict, payloads: dict[str, bytes], plugins: tuple[PluginSource, ...] = ()) -> None:
     """Ray Tune function trainable for one benchmark trial (see the module docstring): ``run_experiment``,
     as ``fedarena run``, with the Reporter restoring and reporting, after importing the driver's plugins."""
     ensure_loaded(plugins)
-    payload = payloads[tune_config["trial"]["config_hash"]]
+    payload = pickle.loads(payloads[tune_config["trial"]])
     _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):
         return

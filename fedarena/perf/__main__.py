@@ -1,6 +1,7 @@
 """``make perf`` (``python -m fedarena.perf``): prints, in one run, the small workload against a bare loop
 and its arithmetic limit, ``backend: auto`` against both backends, the engine against a bare loop at
-Fashion-MNIST shapes, batched evaluation, and one aggregation per rule. Figures are printed, never asserted."""
+Fashion-MNIST shapes, batched evaluation, one aggregation per rule, and the rule calls per round of each attack
+that searches against the server's rule, with their cost. Figures are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 from fedarena.perf.aggregators import time_aggregators
 from fedarena.perf.backend_choice import auto_rows
 from fedarena.perf.engine_vs_loop import build_trial, engine_vs_bare, evaluation_cost, perf_config
+from fedarena.perf.rule_calls import rule_call_rows
 from fedarena.perf.small import WORKLOADS, small_workload
 
 
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
                 [evaluation_cost(m, args.device) for m in ("cnn_fmnist", "mlp")])
     if not args.skip_aggregators:
         _print_rows("one aggregation of n updates of the Fashion-MNIST CNN (d parameters)", aggregation_times(args.device))
+        _print_rows("the server's rule under each attack that searches against it: calls per round (the server's own "
+                    "included) and their cost, the quick robustness suite's seed-0 trials (5 rounds)", rule_call_rows())
 
 
 if __name__ == "__main__":

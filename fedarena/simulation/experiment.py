@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -22,7 +23,13 @@ from fedarena.simulation.setup import Trial, build_trial
 
 
 def code_version() -> dict[str, str]:
-    """Package versions and the git commit of the source tree (``unknown`` outside a checkout)."""
+    """Package versions and the git commit of the source tree (``unknown`` outside a checkout), read once a
+    process (a benchmark's worker runs many trials of one source tree; a git call costs it milliseconds)."""
+    return dict(_code_version())
+
+
+@functools.cache
+def _code_version() -> tuple[tuple[str, str], ...]:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                              text=True, timeout=5, check=True).stdout.strip()
@@ -30,8 +37,8 @@ def code_version() -> dict[str, str]:
         sha = "unknown"
     import numpy
 
-    return {"git_sha": sha, "fedarena": fedarena.__version__, "torch": torch.__version__,
-            "numpy": numpy.__version__, "python": platform.python_version()}
+    return (("git_sha", sha), ("fedarena", fedarena.__version__), ("torch", torch.__version__),
+            ("numpy", numpy.__version__), ("python", platform.python_version()))
 
 
 def result_record(trial: Trial, state: SimState, counts) -> dict:

@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
@@ -93,6 +94,37 @@ def check_store(uri: str) -> MlflowClient:
     except (MlflowException, SQLAlchemyError, OSError, ImportError) as err:
         raise TrackingError(f"tracking store {redact(uri)} cannot be used: {first_line(err)}") from None
     return client
+
+
+def use_write_ahead_log(uri: str) -> None:
+    """An SQLite store a benchmark writes: every connection this process opens to it from now on keeps its journal
+    as a write-ahead log (a lasting property of the file) and syncs at checkpoints, not at every commit (SQLite's
+    ``synchronous=NORMAL``: a commit survives the process's death; the last ones may not survive a power cut).
+    The driver commits about four times a trial: 36 -> 19 ms of its time a trial here. Call it before the store
+    is opened (MLflow keeps its connections). Other stores pass."""
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    _WRITE_AHEAD.add(str(db.resolve()))
+    if not event.contains(Engine, "connect", _write_ahead):
+        event.listen(Engine, "connect", _write_ahead)
+
+
+_WRITE_AHEAD: set[str] = set()  # the SQLite files this process's connections keep in WAL mode
+
+
+def _write_ahead(dbapi_connection, _record) -> None:
+    """SQLAlchemy's connect hook: a connection to a file of ``_WRITE_AHEAD`` switches it to WAL mode (a file
+    another connection holds mid-transaction keeps its journal: its writes still work, only slower)."""
+    if not isinstance(dbapi_connection, sqlite3.Connection):
+        return
+    files = {row[2] for row in dbapi_connection.execute("PRAGMA database_list")}
+    if files.isdisjoint(_WRITE_AHEAD):
+        return
+    with contextlib.suppress(sqlite3.OperationalError):  # "database is locked": the journal mode stays
+        dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()
+    if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
 @contextlib.contextmanager

@@ -4,15 +4,19 @@ The weights lambda solve the small quadratic program on the n x n Gram matrix G 
 
     min_lambda  lambda^T G lambda   s.t.  sum_i lambda_i = 1,  lambda >= 0,  |lambda_i - 1/n| <= eps,
 
-by accelerated projected gradient descent (FISTA with gradient-based adaptive restart, O'Donoghue & Candes
-2015). The projection onto the simplex-box intersection is exact: lambda = clip(y - tau, lo, hi) where the
-shift tau solves the piecewise-linear equation sum(lambda) = 1, found from the sorted breakpoints.
+exactly, by a primal active-set method (Nocedal & Wright, Algorithm 16.3) over the box constraints: on the
+free weights, the equality-constrained minimiser in the null space of sum(p) = 0 (an eigendecomposition of
+the reduced Hessian, so a singular G, as when attackers copy one update, is handled directly: a descent
+direction of zero curvature is followed to the box), a blocking bound joins the working set, a bound with a
+negative multiplier leaves it. n <= 50 weights: a handful of small dense solves, in float64 numpy.
+Version 2 (version 1: accelerated projected gradient, FISTA, up to 10,000 iterations on a Gram matrix
+multiplied in float32): the Gram matrix accumulated in float64, the optimum reached exactly; where the weights
+are not unique (copied rows) the aggregated direction still is (the min-norm point of a convex set).
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 
 from fedarena.errors import ConfigError
@@ -22,42 +26,81 @@ from fedarena.search_space import uniform
 TINY_NORM = 1e-30
 
 
-def project_simplex_box(y: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
-    """Euclidean projection of y [n] onto {x : sum x = 1, lo <= x_i <= hi} (needs n * lo <= 1 <= n * hi).
-
-    The solver calls this thousands of times on a few numbers: the shift is found in Python floats (the same
-    IEEE double operations as on tensors, without a tensor call each); only the sums stay tensor reductions."""
-    values = y.tolist()
-    cuts = sorted([v - lo for v in values] + [v - hi for v in values])  # sum(clip(y - tau)) falls in tau
-    breaks = torch.tensor(cuts, dtype=y.dtype, device=y.device)
-    sums = (y[None, :] - breaks[:, None]).clamp(lo, hi).sum(dim=1).tolist()
-    j = min(max(sum(s >= 1 for s in sums) - 1, 0), len(cuts) - 2)
-    drop = sums[j] - sums[j + 1]
-    tau = cuts[j] if drop <= 0 else cuts[j] + (sums[j] - 1) / drop * (cuts[j + 1] - cuts[j])
-    return (y - tau).clamp(lo, hi)
+def null_basis(k: int) -> np.ndarray:
+    """An orthonormal basis [k, k - 1] of {p : sum p = 0}: the Householder reflection that maps e1 onto the
+    unit vector 1/sqrt(k) sends the other unit vectors onto that plane."""
+    v = np.full(k, 1 / np.sqrt(k))
+    v[0] -= 1.0
+    reflector = np.eye(k) - np.outer(v, v) * (2 / (v @ v))
+    return reflector[:, 1:]
 
 
-def min_norm_weights(gram: torch.Tensor, eps: float, iters: int, tol: float) -> torch.Tensor:
-    """Minimise lambda^T G lambda over the simplex with |lambda_i - 1/n| <= eps (float64, on G's device)."""
+def free_step(gram: np.ndarray, grad: np.ndarray, free: np.ndarray, tol: float) -> tuple[np.ndarray | None, bool]:
+    """The step p on the free weights (the others fixed) minimising p^T G p + grad^T p with sum p = 0:
+    (None, _) where that is p = 0 (a stationary point of the working set); (p, True) where the reduced
+    Hessian has a zero-curvature direction the gradient descends along (that direction alone, to be followed
+    as far as the box allows); (p, False) for the Newton step."""
+    k = free.size
+    if k <= 1:
+        return None, False
+    basis = null_basis(k)
+    hessian = 2 * basis.T @ gram[np.ix_(free, free)] @ basis
+    curvature, vectors = np.linalg.eigh(hessian)
+    slope = vectors.T @ (basis.T @ grad[free])
+    scale = max(1.0, float(np.abs(curvature).max(initial=0.0)))
+    flat = curvature <= tol * scale * k  # zero (or rounding-negative) curvature
+    if np.any(np.abs(slope[flat]) > tol * scale):
+        return basis @ (vectors[:, flat] @ -slope[flat]), True
+    newton = np.where(flat, 0.0, -slope / np.where(flat, 1.0, curvature))
+    step = basis @ (vectors @ newton)
+    return (None, False) if np.abs(step).max() <= tol else (step, False)
+
+
+def release(grad: np.ndarray, at_bound: np.ndarray) -> tuple[int, float]:
+    """The bound weight with the most negative KKT multiplier and that multiplier (inf when none is bound).
+    The equality's multiplier nu makes the free weights' gradient zero on average; a weight at its lower
+    bound needs grad + nu >= 0, one at its upper bound grad + nu <= 0."""
+    free = at_bound == 0
+    if free.any():
+        nu = -grad[free].mean()
+    else:  # every weight at a bound: the nu in the middle of the interval the bounds allow
+        nu = -(grad[at_bound > 0].max(initial=-np.inf) + grad[at_bound < 0].min(initial=np.inf)) / 2
+    multipliers = np.where(at_bound < 0, grad + nu, -(grad + nu))
+    multipliers[free] = np.inf
+    i = int(np.argmin(multipliers))
+    return i, float(multipliers[i])
+
+
+def min_norm_weights(gram: np.ndarray, eps: float, iters: int, tol: float) -> np.ndarray:
+    """Minimise lambda^T G lambda over the simplex with |lambda_i - 1/n| <= eps (float64), exactly: the
+    active-set method of the module docstring from the uniform weights, at most ``iters`` steps, ``tol`` the
+    optimality tolerance (step size, multipliers, zero curvature)."""
     n = gram.shape[0]
     lo, hi = max(0.0, 1 / n - eps), min(1.0, 1 / n + eps)
-    x_prev = torch.full((n,), 1 / n, dtype=gram.dtype, device=gram.device)
-    lipschitz = 2 * float(torch.linalg.eigvalsh(gram)[-1])
-    if eps == 0 or lipschitz <= 0:
-        return x_prev
-    y, t = x_prev, 1.0
+    x = np.full(n, 1 / n)
+    if eps == 0:
+        return x
+    at_bound = np.zeros(n, dtype=np.int8)  # -1 at lo, +1 at hi, 0 free
+    scale = max(1.0, float(np.abs(np.diag(gram)).max()))
     for _ in range(iters):
-        x = project_simplex_box(y - (2 / lipschitz) * (gram @ y), lo, hi)
-        step = x - x_prev
-        if float(step.abs().max()) <= tol:
-            return x
-        if float((y - x) @ step) > 0:  # momentum points uphill: restart
-            y, t = x, 1.0
-        else:
-            t_next = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            y, t = x + ((t - 1) / t_next) * step, t_next
-        x_prev = x
-    return x_prev
+        grad = 2 * gram @ x
+        free = np.flatnonzero(at_bound == 0)
+        step, flat = free_step(gram, grad, free, tol)
+        if step is None:
+            i, multiplier = release(grad, at_bound)
+            if multiplier >= -tol * scale:
+                return x
+            at_bound[i] = 0
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(step < 0, (x[free] - lo) / -step, np.where(step > 0, (hi - x[free]) / step, np.inf))
+        j = int(np.argmin(room))
+        blocked = flat or room[j] <= 1.0
+        x[free] += (room[j] if blocked else 1.0) * step
+        if blocked:  # the blocking weight joins the working set, exactly at its bound
+            at_bound[free[j]] = -1 if step[j] < 0 else 1
+            x[free[j]] = lo if step[j] < 0 else hi
+    return x
 
 
 def check_fedmgda(
@@ -72,7 +115,7 @@ def check_fedmgda(
         )
 
 
-@aggregator("fedmgda_plus", check=check_fedmgda, search={"eps": uniform(0.0, 1.0)})
+@aggregator("fedmgda_plus", check=check_fedmgda, search={"eps": uniform(0.0, 1.0)}, version=2)
 def fedmgda_plus(
     updates: torch.Tensor,
     *,
@@ -90,14 +133,29 @@ def fedmgda_plus(
     The result is a direction of norm <= 1: with lr = 1 (default) this is exactly Ditto's code, which adds
     it to the global model unscaled. FedMGDA+ (Hu et al. 2020, Algorithm 1) multiplies the direction by a
     global step size eta_t; ``lr`` plays that role. eps = 0 gives the uniform mean of the normalised
-    updates; eps >= 1 - 1/n leaves only the simplex constraint (plain MGDA, Desideri 2012). ``iters`` and
-    ``tol`` (max change of lambda between iterations) control the QP solve; the updates are never copied
-    (G = D^-1 U U^T D^-1 with D the diagonal of the norms).
+    updates; eps >= 1 - 1/n leaves only the simplex constraint (plain MGDA, Desideri 2012). ``iters`` (the
+    most active-set steps; it ends in at most a few times n) and ``tol`` (optimality tolerance) control the QP
+    solve; the updates are never copied whole (G = D^-1 U U^T D^-1 with D the diagonal of the norms).
     """
     n = check_updates(updates, f)
     check_fedmgda(n, f, eps=eps, lr=lr, iters=iters, tol=tol)
-    norms = updates.norm(dim=1).clamp_min(TINY_NORM)
-    inv = (1 / norms).double()
-    gram = (updates @ updates.T).double() * inv[:, None] * inv[None, :]
-    lam = min_norm_weights(gram.cpu(), eps, iters, tol).to(updates.device)
-    return lr * ((lam * inv.to(updates.device)).to(updates.dtype) @ updates)
+    inv = (1 / updates.norm(dim=1).clamp_min(TINY_NORM)).double()
+    if eps == 0:
+        lam = torch.full((n,), 1 / n, dtype=torch.float64, device=updates.device)
+    else:
+        gram = gram_float64(updates) * inv[:, None] * inv[None, :]
+        lam = torch.from_numpy(min_norm_weights(gram.cpu().numpy(), eps, iters, tol)).to(updates.device)
+    return lr * ((lam * inv).to(updates.dtype) @ updates)
+
+
+def gram_float64(updates: torch.Tensor, chunk_elements: int = 1 << 22) -> torch.Tensor:
+    """U U^T [n, n] accumulated in float64 over column chunks of at most ``chunk_elements`` entries: positive
+    semi-definite to double rounding, where a float32 product is off by ~1e-7 and can be indefinite (copied
+    rows then leave the QP non-convex at that scale), without a float64 copy of all the updates."""
+    n, d = updates.shape
+    width = max(1, chunk_elements // max(n, 1))
+    gram = torch.zeros(n, n, dtype=torch.float64, device=updates.device)
+    for start in range(0, d, width):
+        part = updates[:, start:start + width].double()
+        gram += part @ part.T
+    return gram
