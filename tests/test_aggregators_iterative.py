@@ -170,3 +170,21 @@ def test_centered_clipping_with_huge_tau_is_the_mean(center):
 def test_centered_clipping_rejects_an_unknown_center():
     with pytest.raises(ConfigError, match="allowed: median, zero"):
         run("centered_clipping", tensor(SEVEN), center="mean")
+
+
+def test_fedmgda_solver_ends_in_few_steps_on_nearly_parallel_updates(monkeypatch):
+    # nearly parallel updates make G ill-conditioned (eigenvalues ~1e-7): a second Newton step on a solved
+    # working set only chases rounding (~1e-10) and would never reach the step tolerance
+    import fedarena.methods.aggregators.mgda as mgda
+
+    steps, original = [], mgda.free_step
+    monkeypatch.setattr(mgda, "free_step", lambda *args: steps.append(1) or original(*args))
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        n, d = int(rng.integers(5, 30)), int(rng.integers(20, 200))
+        u = rng.normal(size=d) + 1e-3 * rng.normal(size=(n, d))
+        g = u / np.linalg.norm(u, axis=1, keepdims=True)
+        for eps in (0.1, 0.5, 1.0):
+            steps.clear()
+            lam = mgda.min_norm_weights(g @ g.T, eps, 10_000, 1e-12)
+            assert len(steps) < 10 * n and abs(lam.sum() - 1) < 1e-12

@@ -82,21 +82,23 @@ def min_norm_weights(gram: np.ndarray, eps: float, iters: int, tol: float) -> np
         return x
     at_bound = np.zeros(n, dtype=np.int8)  # -1 at lo, +1 at hi, 0 free
     scale = max(1.0, float(np.abs(np.diag(gram)).max()))
+    solved = False  # the last step was a full Newton step: x minimises over the working set (up to rounding)
     for _ in range(iters):
         grad = 2 * gram @ x
         free = np.flatnonzero(at_bound == 0)
-        step, flat = free_step(gram, grad, free, tol)
+        step, flat = (None, False) if solved else free_step(gram, grad, free, tol)
         if step is None:
             i, multiplier = release(grad, at_bound)
             if multiplier >= -tol * scale:
                 return x
-            at_bound[i] = 0
+            at_bound[i], solved = 0, False
             continue
         with np.errstate(divide="ignore", invalid="ignore"):
             room = np.where(step < 0, (x[free] - lo) / -step, np.where(step > 0, (hi - x[free]) / step, np.inf))
         j = int(np.argmin(room))
         blocked = flat or room[j] <= 1.0
         x[free] += (room[j] if blocked else 1.0) * step
+        solved = not blocked  # a second Newton step would only chase rounding (ill-conditioned G: ~1e-10 steps)
         if blocked:  # the blocking weight joins the working set, exactly at its bound
             at_bound[free[j]] = -1 if step[j] < 0 else 1
             x[free[j]] = lo if step[j] < 0 else hi
