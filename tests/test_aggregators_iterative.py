@@ -188,3 +188,18 @@ def test_fedmgda_solver_ends_in_few_steps_on_nearly_parallel_updates(monkeypatch
             steps.clear()
             lam = mgda.min_norm_weights(g @ g.T, eps, 10_000, 1e-12)
             assert len(steps) < 10 * n and abs(lam.sum() - 1) < 1e-12
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.05, 1.0])
+def test_fedmgda_direction_stays_within_the_unit_ball_when_one_update_is_tiny(eps):
+    # a float32 row of entries ~1e-24 has a float32 norm of 0: scaled by 1 / TINY_NORM it would swamp the rest
+    rng = np.random.default_rng(0)
+    updates = torch.tensor(0.01 * rng.normal(size=(10, 1000)) + 0.005, dtype=torch.float32)
+    updates[9] = -1e-24
+    assert float(run("fedmgda_plus", updates, eps=eps).norm()) <= 1.0 + 1e-5
+
+
+def test_fedmgda_non_finite_update_gives_a_non_finite_direction_not_an_error():
+    updates = tensor(SEVEN)
+    updates[2, 0] = float("nan")
+    assert not torch.isfinite(run("fedmgda_plus", updates, eps=0.1)).all()

@@ -11,7 +11,10 @@ direction of zero curvature is followed to the box), a blocking bound joins the 
 negative multiplier leaves it. n <= 50 weights: a handful of small dense solves, in float64 numpy.
 Version 2 (version 1: accelerated projected gradient, FISTA, up to 10,000 iterations on a Gram matrix
 multiplied in float32): the Gram matrix accumulated in float64, the optimum reached exactly; where the weights
-are not unique (copied rows) the aggregated direction still is (the min-norm point of a convex set).
+are not unique (copied rows) the aggregated direction still is (the min-norm point of a convex set). The norms
+come from that matrix's diagonal (a float32 norm of a row of entries below ~4e-23 is 0, and version 1 scaled
+such a row by 1e30: one attacker's tiny update moved the model by 1e7); a non-finite update gives a
+non-finite direction (the engine's divergence handling) where version 1 raised.
 """
 
 from __future__ import annotations
@@ -141,11 +144,14 @@ def fedmgda_plus(
     """
     n = check_updates(updates, f)
     check_fedmgda(n, f, eps=eps, lr=lr, iters=iters, tol=tol)
-    inv = (1 / updates.norm(dim=1).clamp_min(TINY_NORM)).double()
+    products = gram_float64(updates)
+    if not bool(torch.isfinite(products).all()):  # a non-finite update: a non-finite step (the engine's divergence)
+        return updates.new_full((updates.shape[1],), float("nan"))
+    inv = 1 / products.diagonal().sqrt().clamp_min(TINY_NORM)  # float64: a float32 norm of tiny rows underflows
     if eps == 0:
         lam = torch.full((n,), 1 / n, dtype=torch.float64, device=updates.device)
     else:
-        gram = gram_float64(updates) * inv[:, None] * inv[None, :]
+        gram = products * inv[:, None] * inv[None, :]
         lam = torch.from_numpy(min_norm_weights(gram.cpu().numpy(), eps, iters, tol)).to(updates.device)
     return lr * ((lam * inv).to(updates.dtype) @ updates)
 
