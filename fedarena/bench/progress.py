@@ -133,8 +133,10 @@ class Progress:
                             for cell, times in ranked)
         wall = self.clock() - self.created
         ended = sum(t.done for t in self.trials.values())
-        rate = (f" ({ended} trials: {ended / (wall * cores):.3g} trials per core-second on {cores:g} core{'s' * (cores != 1)})"
-                if cores and ended and wall > 0 else "")
+        rate = ""
+        if cores and ended and wall > 0:
+            rate = f" ({ended} trials: {ended / (wall * cores):.3g} trials per core-second on {cores:g} core" + (
+                "s)" if cores != 1 else ")")
         return f"wall time {duration(wall)}{rate}; " + (f"slowest cells: {slowest}" if slowest else "no trial ran")
 
 

@@ -75,6 +75,7 @@ from fedarena.tracking.store import check_store, suite_experiment, use_write_ahe
 __all__ = ["BenchError", "BenchOptions", "BenchSummary", "benchmark", "run_bench"]
 
 RAY_SHUTDOWN_S = 15.0
+EXPERIMENT_STATE_S = 900  # Tune's experiment state, written every 15 minutes (``_fit``)
 # MLflow's HTTP client retries a failed request 7 times with exponential backoff (about 4 minutes, and up to
 # 120 s per request): a tracking server that goes away would hold the whole benchmark that long before it
 # stops. A benchmark loses nothing by stopping (a rerun resumes), so it gives up after about 15 s of outage;
@@ -342,8 +343,6 @@ def _report(summary: BenchSummary, callback: TrackingCallback, printer: Printer,
     printer.summary(_cores())  # wall time, throughput and the slowest cells
 
 
-EXPERIMENT_STATE_S = 900
-
 
 def _cores() -> float | None:
     """The CPUs of the Ray cluster the benchmark ran on (None once Ray is gone)."""
@@ -354,8 +353,8 @@ def _cores() -> float | None:
 
 def _fit(tuner, callback: TrackingCallback, summary: BenchSummary) -> None:
     # Tune's own per-trial JSON/CSV/TensorBoard files are off: MLflow is the record. Its experiment state (every
-    # trial's JSON, rewritten every few seconds: 11% of the driver's time on the quick robustness suite) is
-    # never read back: a rerun is a new Tune experiment resuming from the store: written every 15 minutes.
+    # trial's JSON, rewritten every few seconds: 11% of the driver's time on the quick robustness suite) is never
+    # read back, since a rerun is a new Tune experiment resuming from the store: it is written rarely.
     try:
         with env_vars(RAY_AIR_NEW_OUTPUT="0", TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S="0",
                       TUNE_DISABLE_AUTO_CALLBACK_LOGGERS="1", TUNE_GLOBAL_CHECKPOINT_S=str(EXPERIMENT_STATE_S)):

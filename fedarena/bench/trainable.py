@@ -3,8 +3,7 @@
 ``run_trial`` receives ``{"trial": config_hash}`` (the trial's Tune config, kept small: Tune copies and saves it
 often) and the payloads of every trial by config hash, each pickled on its own (``packed_payloads``; passed
 with ``tune.with_parameters``, stored once in Ray's object store: a worker unpickles its trial's alone). It
-builds the trial, restores the
-latest state if there is one, runs the remaining rounds and reports to Ray Tune:
+builds the trial, restores the latest state if there is one, runs the remaining rounds and reports to Ray Tune:
 
 - at every evaluation round: the engine's metrics (``evaluated: True``) with ``round``, unless
   ``checkpoint_every`` is 0: trials too short to be worth resuming report only at their end (each report

@@ -121,9 +121,11 @@ def _write_ahead(dbapi_connection, _record) -> None:
     files = {row[2] for row in dbapi_connection.execute("PRAGMA database_list")}
     if files.isdisjoint(_WRITE_AHEAD):
         return
-    with contextlib.suppress(sqlite3.OperationalError):  # "database is locked": the journal mode stays
-        dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()
-    if dbapi_connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+    try:  # the pragma answers with the journal mode in force
+        mode = dbapi_connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    except sqlite3.OperationalError:  # "database is locked": the journal mode stays
+        return
+    if mode == "wal":
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 

@@ -4,7 +4,7 @@ Variant: the authors' ``signguard_multiclass`` (JianXu95/SignGuard, ``aggregator
 paper evaluates, with its constants: a norm filter 0.1 < |g| / median < 3.0, a sign clustering by mean shift on
 one random window of 10% of the coordinates, and the mean of the kept updates clipped to the median norm.
 Version 2: the mean shift is ``meanshift`` (sklearn's algorithm, distances computed directly; version 1 called
-sklearn, 14x slower a call); a point on a cluster's radius may fall on the other side of it.
+sklearn, 14x slower a call); in rounding-boundary cases the two label a point differently (``meanshift``).
 """
 
 from __future__ import annotations
