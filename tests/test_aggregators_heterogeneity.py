@@ -251,3 +251,32 @@ def test_new_components_are_registered_with_their_sources():
     assert "signguard" in AGGREGATORS.names()
     doc = AGGREGATORS.get("signguard").rule.__doc__ + (signguard.__module__ or "")
     assert "SignGuard" in doc
+
+
+def test_signguards_mean_shift_labels_as_sklearns_but_for_rounding_boundaries():
+    # SignGuard-shaped features (sign fractions over the column maxima, many copies); sklearn's MeanShift is the
+    # reference; its distances round differently, so a point on a radius may go either way (a few in 100s)
+    import warnings
+
+    from sklearn.cluster import MeanShift
+    from sklearn.cluster import estimate_bandwidth as sk_bandwidth
+
+    from fedarena.methods.aggregators.meanshift import estimate_bandwidth, mean_shift_labels
+
+    rng, agree, total = np.random.default_rng(4), 0, 0
+    for _ in range(150):
+        n, width = int(rng.integers(5, 30)), int(rng.integers(5, 200))
+        signs = rng.choice([-1.0, 0.0, 1.0], size=(n, width), p=rng.dirichlet([1, 1, 1]))
+        signs[: int(rng.integers(0, n // 2))] = signs[-1]
+        fractions = np.stack([(signs == s).mean(axis=1) for s in (1.0, 0.0, -1.0)], axis=1)
+        features = fractions / (fractions.max(axis=0) + 1e-8)
+        bandwidth = estimate_bandwidth(features)
+        assert bandwidth == pytest.approx(sk_bandwidth(features, quantile=0.5, n_samples=50), rel=1e-9)
+        if bandwidth <= 0:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = MeanShift(bandwidth=bandwidth, bin_seeding=True, cluster_all=False).fit(features).labels_
+        total += 1
+        agree += np.array_equal(mean_shift_labels(features, bandwidth), expected)
+    assert total > 100 and agree >= total - 3, (agree, total)
