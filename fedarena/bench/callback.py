@@ -294,7 +294,8 @@ def _earlier_trial_dirs(trial_dir: Path) -> list[Path]:
     folders are ``<suite>-<scale>-<date>-<time>`` and trial folders ``<index>_<config hash>``."""
     experiment, (_, config_hash) = trial_dir.parent, trial_dir.name.split("_", 1)
     prefix = experiment.name.rsplit("-", 2)[0] + "-"
-    return [d for d in experiment.parent.glob(f"{prefix}*/*_{config_hash}") if d.parent != experiment]
+    earlier = [d for d in experiment.parent.glob(f"{prefix}*") if d != experiment]  # not this one's 1,506 folders
+    return [d for folder in earlier for d in folder.glob(f"*_{config_hash}")]
 
 
 def _checkpoint_folders(trial_dir: Path) -> list[Path]:
