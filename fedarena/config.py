@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,23 @@ def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+class NumberLoader(yaml.SafeLoader):
+    """YAML's safe loader that also reads ``1e-5`` and ``2E3`` as numbers (YAML 1.1, PyYAML's, needs a dot and a
+    signed exponent, ``1.0e-5``: ``--set privacy.delta=1e-5`` was the string '1e-5')."""
+
+
+NumberLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text read with ``NumberLoader`` (every config, suite and ``--set`` value)."""
+    return yaml.load(text, Loader=NumberLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def read_yaml_file(path: Path) -> Any:
     """A YAML file's contents; a missing file or a syntax error is a one-line ConfigError naming the file
     (and the line and column of the error)."""
@@ -142,7 +160,7 @@ def read_yaml_file(path: Path) -> Any:
     except OSError as err:
         raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)  # absent on YAMLErrors without a position
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -155,7 +173,7 @@ def read_yaml_file(path: Path) -> Any:
 def parse_value(text: str) -> Any:
     """A ``--set`` value: YAML scalars and lists (``0.1``, ``true``, ``[1, 2]``), else the raw string."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return text
 

@@ -21,6 +21,7 @@ from fedarena.methods.aggregators.builder import (
     check_rule,
     expected_malicious,
 )
+from fedarena.methods.aggregators.crfl import check_crfl_method
 from fedarena.methods.base import METHOD_SECTION, Method, method_from
 from fedarena.models.zoo import AUTO, MODEL_SECTION
 from fedarena.params import SectionKind
@@ -102,6 +103,8 @@ def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
         return None
     rule = aggregator_from(cfg.aggregator, f=expected_malicious(cfg.clients_per_round, num_malicious, num_clients))
     check_rule(rule, n=cfg.clients_per_round)
+    if rule.entry.certify is not None:  # a certificate of w + the rule's output: the method must make that model
+        check_crfl_method(method)
     return rule
 
 
@@ -115,10 +118,10 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
     if not isinstance(num_clients, int) or isinstance(num_clients, bool):
         if not method.uses_aggregator:
             check_server_rule(cfg, method, 0, cfg.clients_per_round)
-        check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None)
+        check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None, cfg.attack)
         return
     if cfg.clients_per_round > num_clients:
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
     malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
     rule = check_server_rule(cfg, method, malicious, num_clients)
-    check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, rule)
+    check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, rule, cfg.attack)

@@ -106,3 +106,42 @@ def test_a_direct_call_without_the_probe_is_one_clear_error():
 def test_bad_deepsight_settings_fail_before_training(params, message):
     with pytest.raises(ConfigError, match=message):
         check_aggregator({"name": "deepsight", **params}, n=10, f=2)
+
+
+def digits_with_varying_pixels(normalize: str):
+    """digits standardised as ``normalize`` says; per pixel, its never-lit pixels given std 1 (so every pixel's box
+    is finite and each pixel's differs)."""
+    import dataclasses
+
+    from fedarena.datasets.catalog import build_dataset
+    from fedarena.datasets.pixels import PIXELS
+
+    data = build_dataset("digits", {"num_clients": 10, "normalize": normalize}, np.random.default_rng(0))
+    scale = data.meta[PIXELS]
+    std = np.where(scale.std <= 1e-6, np.float32(1.0), scale.std)
+    return dataclasses.replace(data, meta={**data.meta, PIXELS: dataclasses.replace(scale, std=std)})
+
+
+@pytest.mark.parametrize("normalize", ["pixel", "channel"])
+def test_the_probes_noise_fills_each_pixels_own_valid_box(normalize):
+    from fedarena.datasets.pixels import valid_box
+
+    data = digits_with_varying_pixels(normalize)
+    model = FlatModel(torch.nn.Linear(64, 10), "classification")
+    probe = Probe.of(model, data, seed=0, device=torch.device("cpu"), rule="deepsight")
+    low, high = (b.reshape(-1) for b in valid_box(data))
+    # Execute
+    x = probe.inputs(0, 4000)
+    # Assert: every input lies in its pixel's box, and the noise spreads over nearly all of it
+    assert bool((x >= low).all()) and bool((x <= high).all())
+    spread = (x.max(0).values - x.min(0).values) / (high - low)
+    assert float(spread.min()) > 0.99
+
+
+def test_the_probe_refuses_pixels_that_never_vary_under_per_pixel_standardisation():
+    from fedarena.datasets.catalog import build_dataset
+
+    data = build_dataset("digits", {"num_clients": 10, "normalize": "pixel"}, np.random.default_rng(0))
+    model = FlatModel(torch.nn.Linear(64, 10), "classification")
+    with pytest.raises(ConfigError, match="3 of the values it touches never vary in dataset 'digits'.*normalize: channel"):
+        Probe.of(model, data, seed=0, device=torch.device("cpu"), rule="deepsight")

@@ -1,17 +1,20 @@
-"""FLDetector: the authors' L-BFGS product transcribed in float64, exact 1-D k-means, the gap statistic's verdicts,
-a unique answer (an honest cluster and clear outliers), the engine never drawing a removed client again, a resume
-to the uninterrupted numbers, and bad input in one line."""
+"""FLDetector: the authors' L-BFGS product transcribed in float64, exact 1-D k-means, the gap statistic's verdicts
+(no k: no attack), no score before the warm-up's full L-BFGS buffer, a unique answer (an honest cluster and clear
+outliers), a removal that only the prediction makes (the product zeroed, negated or tripled misses it), the engine
+never drawing a removed client again, a resume to the uninterrupted numbers, and bad input in one line."""
 
 import numpy as np
 import pytest
 import torch
 from resume import run_interrupted
 
+import fedarena.methods.aggregators.fldetector as fld
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import EXCLUDED, RoundDraw, check_aggregator
 from fedarena.methods.aggregators.fldetector import (
     attack_detected,
+    clusters,
     detect,
     fldetector,
     kmeans_1d,
@@ -59,9 +62,22 @@ def test_the_gap_statistic_sees_two_clusters_and_not_one():
     assert not attack_detected(torch.full((10,), 0.3), torch.Generator().manual_seed(1))
 
 
-def quadratic_rounds(rounds, seed=0, clients=12, bad=(9, 10, 11)):
-    """Rounds of the rule on a quadratic: honest updates one step towards the optimum (plus a little noise), the
-    ``bad`` rows a fresh random vector each round; returns the server's state."""
+def test_no_number_of_clusters_is_no_attack_and_removes_nobody():
+    # Prepare: eight tight pairs 0.3 apart in ratio: every k up to 7 still splits a cluster that is there
+    level = 0.3 ** torch.arange(8.0, dtype=torch.float64)
+    suspicion = (level[:, None] * torch.tensor([1.0, 1.001], dtype=torch.float64)).flatten()
+    server = {"fldetector_scores": suspicion[:, None].expand(16, 3).clone()}
+    # Execute
+    verdicts = [clusters(suspicion, torch.Generator().manual_seed(seed)) for seed in range(5)]
+    detect(server, torch.Generator().manual_seed(0), torch.device("cpu"))
+    # Assert: no k meets the rule, which is no attack (the authors' select_k unset): nobody removed, detection goes on
+    assert verdicts == [None] * 5 and not attack_detected(suspicion, torch.Generator().manual_seed(0))
+    assert EXCLUDED not in server and "fldetector_detected" not in server
+
+
+def quadratic_rounds(rounds, seed=0, clients=12, bad=(9, 10, 11), **params):
+    """Rounds of the rule (window 5) on a quadratic: honest updates one step towards the optimum (plus a little
+    noise), the ``bad`` rows a fresh random vector each round; returns the server's state."""
     gen = torch.Generator().manual_seed(seed)
     curvature = torch.diag(torch.linspace(0.2, 1.0, 6, dtype=torch.float64))
     optimum, w, server = torch.randn(6, generator=gen, dtype=torch.float64), torch.zeros(6, dtype=torch.float64), {}
@@ -69,17 +85,87 @@ def quadratic_rounds(rounds, seed=0, clients=12, bad=(9, 10, 11)):
         updates = -0.5 * (w - optimum) @ curvature + 0.01 * torch.randn(clients, 6, generator=gen, dtype=torch.float64)
         updates[list(bad)] = 0.5 * torch.randn(len(bad), 6, generator=gen, dtype=torch.float64)
         draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), model=w)
-        w = w + fldetector(updates, weights=torch.ones(clients), losses=None, f=0, window=5, start=3, round=draw)
+        w = w + fldetector(updates, weights=torch.ones(clients), losses=None, f=0, window=5, round=draw, **params)
         server = draw.server
     return server
 
 
+@pytest.mark.parametrize("warmup, first", [(None, 7), (8, 9)])
+def test_no_score_and_no_removal_before_the_warm_up_and_its_full_buffer(warmup, first):
+    # Execute: the rounds before the first scored one, and that one (window 5: the 5 pairs come from rounds 2..6, so
+    # null stands for 6 rounds; 8 waits two rounds more with the buffer full)
+    before, scored = quadratic_rounds(first - 1, warmup=warmup), quadratic_rounds(first, warmup=warmup)
+    # Assert: blatant attackers, yet no distance and no removal until then; then one distance each, from 5 pairs
+    assert "fldetector_scores" not in before and EXCLUDED not in before and before["fldetector_s"].shape[0] == 5
+    assert (~scored["fldetector_scores"].isnan()).sum(1).tolist() == [1] * 12
+
+
+def test_a_round_whose_model_did_not_move_delays_the_first_score():
+    # Prepare: window 2, so the null warm-up is 3 rounds; round 1's model is round 0's, so it adds no L-BFGS pair
+    gen = torch.Generator().manual_seed(0)
+    models = [torch.zeros(4, dtype=torch.float64)] * 2 + [t * torch.ones(4, dtype=torch.float64) for t in (1, 2, 3)]
+    server, seen = {}, []
+    # Execute
+    for t, w in enumerate(models):
+        draw = RoundDraw(torch.arange(10), seed=t, ids=torch.arange(10), server=dict(server), model=w)
+        fldetector(torch.randn(10, 4, generator=gen, dtype=torch.float64), weights=torch.ones(10), losses=None, f=0,
+                   window=2, round=draw)
+        server = draw.server
+        seen.append(("fldetector_scores" in server, server["fldetector_s"].shape[0] if "fldetector_s" in server else 0))
+    # Assert: the warm-up is over after round 2, yet round 3 finds one pair and scores nobody; round 4 finds two
+    assert seen == [(False, 0), (False, 0), (False, 1), (False, 2), (True, 2)]
+
+
 def test_the_inconsistent_clients_and_only_they_are_removed_once():
-    server = quadratic_rounds(6)
+    server = quadratic_rounds(9)  # scored from round 7 on, three distances each (min_scores) by round 9
     assert torch.nonzero(server[EXCLUDED]).flatten().tolist() == [9, 10, 11]
     # detection ends at the first attack found (as the authors'): later rounds remove no honest client
     later = quadratic_rounds(30)
     assert torch.nonzero(later[EXCLUDED]).flatten().tolist() == [9, 10, 11] and bool(later["fldetector_detected"])
+
+
+def predicted_rounds(rounds, seed=0, honest=12, pace=(-1.0, -1.0, 3.0, 3.0)):
+    """Rounds of the rule (window 5) on updates linear in the model, u_i = A (m_i w - o_i) + noise, A diagonal
+    (-0.3..-0.7), the model drawn anew each round and the offsets o_i spread wider than it: an honest client moves
+    at m_i = 1, the attackers after them at ``pace`` -1 and 3, their rows in the honest cloud; the change of
+    the mean stays A times the model's (the paces average 1). Returns the server's state and the last round's rows."""
+    gen = torch.Generator().manual_seed(seed)
+    clients, curvature = honest + len(pace), -torch.diag(torch.linspace(0.3, 0.7, 8, dtype=torch.float64))
+    offsets = 3.0 * torch.randn(clients, 8, generator=gen, dtype=torch.float64)
+    moves = torch.cat([torch.ones(honest, dtype=torch.float64), torch.tensor(pace, dtype=torch.float64)])
+    server = {}
+    for t in range(rounds):
+        w = 0.5 * torch.randn(8, generator=gen, dtype=torch.float64)
+        noise = 0.05 * torch.randn(clients, 8, generator=gen, dtype=torch.float64)
+        updates = (moves[:, None] * w - offsets) @ curvature + noise
+        draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), model=w)
+        fldetector(updates, weights=torch.ones(clients), losses=None, f=0, window=5, round=draw)
+        server = draw.server
+    return server, updates
+
+
+def removed_ids(server):
+    return torch.nonzero(server[EXCLUDED]).flatten().tolist() if EXCLUDED in server else []
+
+
+def test_clients_that_only_the_prediction_exposes_are_removed():
+    # Execute
+    server, rows = predicted_rounds(12)
+    # Assert: the attackers' rows are no outliers; their change is, against B v (its distance: |1 - pace| |A v|)
+    spread = (rows - rows.median(0).values).norm(dim=1)
+    assert spread[12:].max() < spread[:12].max()
+    assert removed_ids(server) == [12, 13, 14, 15]
+
+
+@pytest.mark.parametrize("factor", [0.0, -1.0, 3.0])
+def test_without_the_right_product_those_clients_stay(monkeypatch, factor):
+    # Prepare: the product zeroed (the last update as prediction), negated or tripled
+    product = fld.lbfgs_product
+    monkeypatch.setattr(fld, "lbfgs_product", lambda s, y, v: factor * product(s, y, v))
+    # Execute
+    server, _ = predicted_rounds(12)
+    # Assert: the pace -1 attackers look honest (B v zeroed) or pace 3 ones do (negated, tripled): not all removed
+    assert removed_ids(server) != [12, 13, 14, 15]
 
 
 def test_detection_aligns_an_older_shorter_exclusion_table_to_the_scores():
@@ -118,7 +204,7 @@ def small_config(rounds):
         "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]}, "rounds": rounds,
         "eval_every": 2, "clients_per_round": 8, "local_steps": 2, "batch_size": 16, "lr": 0.2,
         "attack": {"name": "model_replacement", "level": 0.2},
-        "aggregator": {"name": "fldetector", "start": 2, "min_scores": 1}})
+        "aggregator": {"name": "fldetector", "window": 2, "min_scores": 2}})  # scored from round 4, removes in 7
 
 
 def test_a_run_stops_drawing_removed_clients_and_resumes_to_the_uninterrupted_numbers(tmp_path):
@@ -127,8 +213,8 @@ def test_a_run_stops_drawing_removed_clients_and_resumes_to_the_uninterrupted_nu
     whole, _ = simulate(trial)
     removed = whole.server[EXCLUDED]
     assert bool(removed.any())
-    # Execute: the same run interrupted after 4 rounds, saved, loaded in a new trial and finished
-    _, _, resumed = run_interrupted(small_config(8), 4, tmp_path)
+    # Execute: the same run interrupted after 5 rounds (two of them scored), saved, loaded in a new trial and finished
+    _, _, resumed = run_interrupted(small_config(8), 5, tmp_path)
     # Assert: the same removals and model; a removed client is not in a later round's draw
     assert torch.equal(resumed.server[EXCLUDED], removed)
     assert torch.allclose(resumed.w, whole.w, atol=1e-5)
@@ -136,9 +222,12 @@ def test_a_run_stops_drawing_removed_clients_and_resumes_to_the_uninterrupted_nu
     assert not removed[torch.as_tensor(later)].any()
 
 
-@pytest.mark.parametrize("params, message", [({"window": 0}, "window must be a whole number >= 1"),
-                                             ({"start": 1.5}, "start must be a whole number"), ({"start": 0}, "start must be a whole number >= 1"),
-                                             ({"min_scores": 0}, "min_scores must be a whole number >= 1")])
+@pytest.mark.parametrize("params, message", [
+    ({"window": 0}, "window must be a whole number >= 1"), ({"min_scores": 0}, "min_scores must be a whole number >= 1"),
+    ({"warmup": 10}, r"warmup must be null \(the window \+ 1 = 11 rounds .* >= window \+ 1 = 11 .* got 10"),
+    ({"window": 3, "warmup": 3}, r"whole number of rounds >= window \+ 1 = 4 .*got 3"),
+    ({"warmup": 20.5}, "warmup must be a whole number"),
+    ({"start": 10}, r"unknown parameter\(s\) \['start'\]")])
 def test_bad_fldetector_settings_fail_before_training(params, message):
     with pytest.raises(ConfigError, match=message):
         check_aggregator({"name": "fldetector", **params}, n=10, f=2)

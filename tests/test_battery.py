@@ -102,7 +102,7 @@ def test_a_claim_file_that_is_not_the_schema_is_one_line(tmp_path, text, message
 def test_bad_components_and_scales_are_one_line_before_any_work():
     with pytest.raises(BatteryError, match=re.escape("unknown aggregator 'medain' (did you mean 'median'?); available:")):
         row_of("aggregator", "medain")
-    with pytest.raises(BatteryError, match="the battery .version 4. has no scale 'huge'; its scales: smoke, quick, paper"):
+    with pytest.raises(BatteryError, match="the battery .version 5. has no scale 'huge'; its scales: smoke, quick, paper"):
         battery_data([row_of("aggregator", "median")], "huge")
     with pytest.raises(BatteryError, match="exactly one of --aggregator NAME, --method NAME or --builtin"):
         fedarena.evaluate("median", "ditto", scale="smoke")
@@ -116,7 +116,7 @@ def test_the_battery_is_one_version_of_threats_for_every_row():
     attacks = {a.label: a.levels for a in battery.suite.attacks}
     # Assert: every attack of the definition at its levels; Krum meets tailored_krum as Krum, the trimmed
     # mean meets tailored_median as the trimmed mean; undefined levels are left out with their reason
-    assert version() == 4 and battery.suite.tags == {"battery_version": "4"}
+    assert version() == 5 and battery.suite.tags == {"battery_version": "5"}
     assert attacks["a1"] == (0.1, 0.2, 0.5, 0.8) and attacks["badnets"] == (0.1, 0.2) and len(attacks) == 23
     patches = {(r.match["method"], r.match["attack"]): r.patch for r in battery.suite.overrides}
     assert patches[(("aggregator.krum",), ("tailored_krum",))] == {"attack": {"target": "krum"}}

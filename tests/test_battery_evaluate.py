@@ -36,7 +36,7 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     assert any("50 trials; 50 already finished" in line for line in again_lines), again_lines
     assert again.to_json() == median.to_json()
     card = json.loads((tmp_path / "median" / "card.json").read_text())
-    assert card["component"] == "aggregator.median" and card["battery_version"] == 4 and card["scale"] == "smoke"
+    assert card["component"] == "aggregator.median" and card["battery_version"] == 5 and card["scale"] == "smoke"
     assert 0 < card["clean_acc"] <= 1 and set(card["worst"]) == {"0.1", "0.2", "0.5", "0.8"}
     assert all("acc" in card["worst"][level] and card["worst"][level]["attack"] for level in card["worst"])
     assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",

@@ -28,6 +28,7 @@ from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
+from fedarena.privacy.accounting import ACCOUNTANT
 from fedarena.privacy.mechanisms import PRIVACY
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites import SUITES
@@ -92,7 +93,7 @@ ALL = {  # registry kind -> its names, for "the message lists every allowed name
     "dataset": DATASETS.names(), "model": MODELS.names(), "method": METHODS.names(), "attack": ATTACKS.names(),
     "aggregator": AGGREGATORS.names(), "pre-aggregator": PRE_AGGREGATORS.names(),
     "partition": PARTITIONERS.names(), "metric": list(METRIC_DIRECTIONS), "suite": SUITES.names(),
-    "privacy": PRIVACY.names(),
+    "privacy": PRIVACY.names(), "accountant": ACCOUNTANT.names(),
 }
 
 # (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
@@ -331,6 +332,8 @@ REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind 
     "metric": (("bench", "run", "{T}/select_metric.yaml"), ["unknown metric 'nosuch'; available:"]),
     "suite": (("bench", "run", "nosuch"), ["unknown suite 'nosuch'; available:"]),
     "privacy": (("run", *OUT, "--privacy", "nosuch"), ["unknown privacy 'nosuch'; available: central, local, none"]),
+    "accountant": (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.accountant=nosuch"),
+                   ["privacy 'central': accountant must be one of", "got 'nosuch'"]),
 }
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     """(command words, its parser) for every leaf subcommand, e.g. (("bench", "run"), parser)."""

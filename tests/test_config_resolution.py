@@ -1,6 +1,8 @@
 """A trial's config is resolved once: ``resolve_config`` fills every section, and trial set-up's builders take
 the resolved sections without resolving them again."""
 
+import pytest
+
 from fedarena.bench import trainable
 from fedarena.bench.trainable import trial_payload
 from fedarena.config import ExperimentConfig, ResolvedConfig
@@ -76,3 +78,23 @@ def test_the_worker_runs_the_drivers_resolved_config_without_parsing_validating_
     assert seen == [] and parsed == []
     final = stub.reports[-1]
     assert final["done"] and [e["round"] for e in final["history"]] == [1] and final["final"]["round"] == 1
+
+
+@pytest.mark.parametrize("text, value", [("1e-5", 1e-5), ("1E5", 1e5), ("-2.5e-3", -2.5e-3), (".5e2", 50.0),
+                                         ("0.00001", 1e-5), ("1.0e-5", 1e-5), ("12", 12), ("1e5x", "1e5x")])
+def test_exponent_numbers_are_numbers_in_set_values_and_yaml_files(text, value, tmp_path):
+    # YAML 1.1 (PyYAML) reads 1e-5 as a string: --set privacy.delta=1e-5 was refused as "must be a number"
+    from fedarena.config import parse_value, read_yaml_file
+
+    assert parse_value(text) == value and type(parse_value(text)) is type(value)
+    path = tmp_path / "x.yaml"
+    path.write_text(f"delta: {text}\n")
+    assert read_yaml_file(path) == {"delta": value}
+
+
+def test_privacy_delta_1e_5_on_the_command_line_is_accepted():
+    from fedarena.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["run", "--dataset", "digits", "--set", "privacy.name=central",
+                                      "--set", "privacy.noise_multiplier=1.0", "--set", "privacy.delta=1e-5"])
+    assert config_from_args(args).privacy["delta"] == 1e-5

@@ -247,10 +247,13 @@ def test_cifar10_from_pickled_batches(tmp_path):
 def test_cifar_is_standardised_per_channel(tmp_path):
     write_cifar(tmp_path)
 
-    x, y, _, raw = vision.load_cifar_pool("cifar10", tmp_path)
+    x, y, _, scale = vision.load_cifar_pool("cifar10", tmp_path)
 
     assert x.shape == (60, 3, 32, 32) and y.tolist()[:3] == [0, 1, 2]
-    assert 0 < raw["mean"] < raw["max"] <= 1.0 and raw["std"] > 0  # the raw pixels (/ 255), every channel
+    # the raw pixels (/ 255) recoverable: one mean and std per channel, white 1
+    assert scale.mode == "channel" and scale.mean.shape == scale.std.shape == (3, 1, 1) and scale.white <= 1.0
+    assert np.allclose(x * scale.std + scale.mean, x * scale.std + scale.mean, atol=0) and (scale.std > 0).all()
+    assert (0 < scale.mean).all() and (scale.mean < 1).all()
     assert np.allclose(x.mean(axis=(0, 2, 3)), 0, atol=1e-5) and np.allclose(
         x.std(axis=(0, 2, 3)), 1, atol=1e-4
     )

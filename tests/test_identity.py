@@ -76,9 +76,10 @@ def test_a_previous_release_run_of_a_known_commit_is_version_one_of_what_it_used
     params.pop("attack.mode")  # written before the option existed
     found = run_identity(params, {"git_sha": sorted(V1_COMMITS)[0], "config_hash": "old"})
     today = identity(attack={"name": "min_sum", "level": 0.2}, aggregator={"name": "median"}, seed=2)
-    # its values are today's; it ran engine version 1, so since the engine's version 2 it is stale
+    # its values are today's; it ran version 1 of everything it used (engine and digits since bumped): stale
     assert found.legacy and found.config_key == today.config_key and found.versions["engine"] == 1
-    assert found.config_hash == digest({"values": today.values, "versions": {**today.versions, "engine": 1}})
+    assert found.versions == {key: 1 for key in today.versions}
+    assert found.config_hash == digest({"values": today.values, "versions": {key: 1 for key in today.versions}})
     assert not is_current(found, today.versions)
 
 

@@ -39,7 +39,8 @@ def test_the_privacy_axis_multiplies_the_grid_and_its_rules_name_it(tmp_path):
     assert seen == {("global", "none", "global digits clean s0"), ("global", "eps5", "global digits clean eps5 s0"),
                     ("local", "none", "local digits clean s0")}
     private = next(t for t in trials if t.privacy_label == "eps5")
-    assert private.config.privacy["target_epsilon"] == 5.0 and private.versions["privacy/central"] == 1
+    assert private.config.privacy["target_epsilon"] == 5.0 and private.versions["privacy/central"] == 2
+    assert private.versions["accountant/rdp"] == 1
 
 
 def test_a_suite_without_a_privacy_axis_has_one_entry_none(tmp_path):
@@ -90,8 +91,8 @@ def test_the_privacy_suite_reaches_its_table_figure_and_report(ray_cluster, tmp_
     assert len(private) == 4 and all(e == pytest.approx(10.0, rel=0.01) for e in private["epsilon"])
     assert runs.loc[runs["privacy_label"].isna(), "epsilon"].isna().all() if "epsilon" in runs else True
     table = (tmp_path / "lb" / "privacy.md").read_text()
-    assert "| method | none | eps10 |" in table and "**digits badnets 20%**" in table
-    assert "digits, eps10: ε = 10 at δ = 0.079" in table
+    assert "| method | none | eps10 (δ = 1e-05) |" in table and "**digits badnets 20%**" in table
+    assert "digits, eps10: ε = 10 at δ = 1e-05" in table
     assert {p.name for p in paths} >= {"privacy.md", "privacy_digits.png"}
     page = build_report("privacy", uri, tmp_path / "report").read_text()
     assert 'id="privacy"' in page and 'alt="privacy_digits"' in page

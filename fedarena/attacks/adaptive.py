@@ -19,9 +19,15 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect, with_rows
+from fedarena.attacks.base import Effect, attack, with_rows
 from fedarena.attacks.checks import choice, positive
-from fedarena.attacks.optimized import KNOWLEDGE, knowledge_effect, perturbation, reference_rows
+from fedarena.attacks.optimized import (
+    KNOWLEDGE,
+    RULE_SEARCH_READS,
+    knowledge_effect,
+    perturbation,
+    reference_rows,
+)
 from fedarena.datasets.base import FederatedDataset
 from fedarena.errors import ConfigError
 
@@ -88,7 +94,7 @@ def adaptive_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Genera
     return with_gamma(strongest_gamma(objective, gamma_init, calls))
 
 
-@ATTACKS.register("adaptive")
+@attack("adaptive", device_reads=RULE_SEARCH_READS)
 def adaptive(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, direction: str = "std",
              knowledge: str = "benign", gamma_init: float = 1.0, calls: int = 32) -> Effect:
     """Adaptive attack on the trial's own server rule (see the module): ``direction`` one of unit, std (ALIE's,

@@ -5,7 +5,8 @@ for ``targeted_flip``, inputs of one source class) to the attacker's ``target`` 
 
 - ``badnets`` (Gu et al. 2017): a square patch (``size``, ``position``, ``value``) stamped on a fraction
   ``poison_fraction`` of each malicious device's training samples, relabelled to ``target``; BadNets' patch
-  is white: ``value`` null is the value a white pixel takes (``white_value``);
+  is white: ``value`` is a raw pixel value, a fraction of the raw range (null: 1, white), each pixel of the
+  patch taking that raw value under the dataset's own normalisation (``datasets.pixels``);
 - ``dba`` (Xie et al., ICLR 2020): the patch's pixels split into ``parts`` local triggers; malicious device
   i (in id order) stamps part i mod ``parts``; the test trigger is the whole patch;
 - ``model_replacement`` (Bagdasaryan et al., AISTATS 2020): BadNets data, and the update boosted by
@@ -33,28 +34,31 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Backdoor, Effect, with_rows
+from fedarena.attacks.base import Backdoor, Effect, attack, with_rows
+from fedarena.attacks.bounds import TriggerBound
 from fedarena.attacks.checks import fraction, positive
 from fedarena.attacks.optimized import reference_rows
-from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, Split
+from fedarena.datasets.base import FederatedDataset, Split
+from fedarena.datasets.pixels import check_varying, raw_to_input
 from fedarena.errors import ConfigError
 
 POSITIONS = ("bottom_right", "top_left", "top_right", "bottom_left")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Patch:
-    """A square trigger: its pixels (row, column) in an image of ``shape`` (H, W) and their value."""
+    """A square trigger: its pixels (row, column) in an image of ``shape`` (H, W) and the values they take,
+    ``fill`` [C, H, W] in the dataset's input units (one raw value mapped pixel by pixel)."""
 
     pixels: tuple[tuple[int, int], ...]
     shape: tuple[int, int]
-    value: float
+    fill: torch.Tensor
 
     def stamp(self, x: torch.Tensor, pixels: tuple[tuple[int, int], ...] | None = None) -> torch.Tensor:
         """A copy of x [m, ...] with the patch (or the given part of it) set in every channel."""
-        rows, cols = zip(*(pixels or self.pixels), strict=True)
+        rows, cols = (list(axis) for axis in zip(*(pixels or self.pixels), strict=True))
         images = x.reshape(x.shape[0], -1, *self.shape).clone()
-        images[:, :, list(rows), list(cols)] = self.value
+        images[:, :, rows, cols] = self.fill[:, rows, cols].to(images)
         return images.reshape(x.shape)
 
     def parts(self, count: int) -> list[tuple[tuple[int, int], ...]]:
@@ -83,21 +87,14 @@ def make_patch(dataset: FederatedDataset, attack: str, size: int, position, valu
         raise ConfigError(f"attack {attack!r}: a {size}x{size} trigger at [{top}, {left}] leaves the {height}x{width} "
                           f"image; rows and columns must lie in [0, {height - size}] and [0, {width - size}]")
     if value is None:
-        value = white_value(dataset)
+        value = 1.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"attack {attack!r}: value is a raw pixel value as a fraction of the raw range, in [0, 1] "
+                          f"(0 black, 1 white; null: white), got {value!r}")
     pixels = tuple((top + r, left + c) for r in range(size) for c in range(size))
-    return Patch(pixels, (height, width), float(value))
-
-
-def white_value(dataset: FederatedDataset) -> float:
-    """The value a white pixel takes in the dataset's inputs: under a dataset-wide normalisation of the raw
-    pixels, (max - mean) / std over all of them (about 2.8 on MNIST), from the raw statistics a dataset keeps
-    where it standardises its pixels one by one or per channel (``datasets.offline.RAW_PIXELS``); for data
-    kept in raw units, the largest training value. (The brightest standardised value instead is a pixel that
-    is nearly always dark: 42 standard deviations on digits, a trigger no defense stops.)"""
-    stats = dataset.meta.get(RAW_PIXELS)
-    if stats:
-        return (stats["max"] - stats["mean"]) / max(stats["std"], 1e-12)
-    return max(float(c.train.x.max()) for c in dataset.clients)
+    check_varying(dataset, f"attack {attack!r}", pixels, (height, width))
+    fill = raw_to_input(dataset, float(value)).reshape(-1, height, width)
+    return Patch(pixels, (height, width), fill)
 
 
 def corner(attack: str, position, size: int, height: int, width: int) -> tuple[int, int]:
@@ -169,19 +166,25 @@ def _badnets_effect(dataset, malicious, rng, attack: str, target, size, position
                     stop_round, tamper=None) -> Effect:
     patch, target, share = badnets_parts(dataset, attack, target, size, position, value, poison_fraction)
     poisoned = poisoned_dataset(dataset, malicious, rng, lambda _: partial(stamp_some, patch, None, target, share))
-    return Effect(poisoned, tamper=tamper, backdoor=backdoor_of(patch, target), stop_round=stop(attack, stop_round))
+    return Effect(poisoned, tamper=tamper, backdoor=backdoor_of(patch, target), stop_round=stop(attack, stop_round),
+                  bound=patch_bound(patch))
 
 
-@ATTACKS.register("badnets", version=2)
+def patch_bound(patch: Patch) -> TriggerBound:
+    """A patch's promise: it changes its own pixel positions and no other (any value inside the valid box)."""
+    return TriggerBound(positions=patch.pixels)
+
+
+@attack("badnets", version=3, device_reads=())
 def badnets(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
             size: int = 3, position: str | list = "bottom_right", value: float | None = None,
             poison_fraction: float = 0.5, stop_round: int | None = None) -> Effect:
-    """BadNets (see the module): ``value`` null = a white pixel's value (``white_value``)."""
+    """BadNets (see the module): ``value`` a raw pixel value in [0, 1] of the raw range (null: 1, white)."""
     return _badnets_effect(dataset, malicious, rng, "badnets", target, size, position, value, poison_fraction,
                            stop_round)
 
 
-@ATTACKS.register("dba", version=2)
+@attack("dba", version=3, device_reads=())
 def dba(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
         size: int = 4, position: str | list = "bottom_right", value: float | None = None, parts: int = 4,
         poison_fraction: float = 0.5, stop_round: int | None = None) -> Effect:
@@ -193,7 +196,8 @@ def dba(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generat
     local = patch.parts(parts)
     poisoned = poisoned_dataset(dataset, malicious, rng,
                                 lambda i: partial(stamp_some, patch, local[i % parts], target, share))
-    return Effect(poisoned, backdoor=backdoor_of(patch, target), stop_round=stop("dba", stop_round))
+    return Effect(poisoned, backdoor=backdoor_of(patch, target), stop_round=stop("dba", stop_round),
+                  bound=patch_bound(patch))
 
 
 def boosted_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *, boost: float | None,
@@ -206,7 +210,7 @@ def boosted_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generat
     return with_rows(updates, bad, rows)
 
 
-@ATTACKS.register("model_replacement", version=2)
+@attack("model_replacement", version=3, device_reads=())
 def model_replacement(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                       target: int = 0, size: int = 3, position: str | list = "bottom_right",
                       value: float | None = None, poison_fraction: float = 0.5, boost: float | None = None,
@@ -228,7 +232,7 @@ def masked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generato
     return with_rows(updates, bad, updates[bad] * keep)
 
 
-@ATTACKS.register("neurotoxin", version=2)
+@attack("neurotoxin", version=3, device_reads=("honest_updates",))  # the benign mean
 def neurotoxin(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
                size: int = 3, position: str | list = "bottom_right", value: float | None = None,
                poison_fraction: float = 0.5, top_fraction: float = 0.1, stop_round: int | None = None) -> Effect:
@@ -250,7 +254,7 @@ def flip_some(source: int, target: int, share: float, x: torch.Tensor, y: torch.
     return x, y
 
 
-@ATTACKS.register("targeted_flip")
+@attack("targeted_flip", device_reads=())
 def targeted_flip(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, source: int = 1,
                   target: int = 0, poison_fraction: float = 1.0, stop_round: int | None = None) -> Effect:
     """Targeted label flip (see the module); its success rate: benign devices' ``source`` test samples

@@ -19,12 +19,14 @@ min_sum, fang), ``tailored.py`` (tailored_krum, tailored_bulyan, tailored_median
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
+from fedarena.attacks.bounds import TriggerBound
 from fedarena.datasets.base import FederatedDataset, Split
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import Aggregator
@@ -141,6 +143,9 @@ class Effect:
     # state (a dict of tensors the engine keeps in ``SimState.attack``, checkpointed), called before local
     # training in every round holding a malicious device; its ``corrupt`` then gets the keyword ``state``
     adapt: Callable[..., dict] | None = None
+    # a trigger attack's promise for every sample it stamps (``attacks.bounds``), checked by the engine where it
+    # stamps: the poisoned training data, each round's corrupted rows, the success rate's test samples
+    bound: TriggerBound | None = None
 
     def active(self, round_idx: int) -> bool:
         return self.stop_round is None or round_idx < self.stop_round
@@ -160,15 +165,46 @@ class ThreatModel:
 
 
 ATTACKS: Registry[Callable[..., Effect]] = Registry("attack")
+# what an attack reads besides the malicious devices' own data and updates and the released models
+# (``fedarena.privacy.dp_trial.READS``): "honest_updates" (the round's honest rows, as the devices send them),
+# "device_data" (other devices' raw data); a tuple, or a function of the attack's hyperparameters giving one.
+# Declared at registration (``attack(name, device_reads=...)``), so that it is known without building the attack;
+# an attack that declares nothing reads ``UNDECLARED``, which no DP mechanism covers.
+DeviceReads = tuple[str, ...] | Callable[..., tuple[str, ...]]
+READS_ATTRIBUTE = "device_reads"  # where the declaration is kept: an attribute of the registered build function
+UNDECLARED = "undeclared"
 
 
-def attack(name: str, *, version: int = 1, effective: dict[str, Callable] | None = None):
+def attack(name: str, *, version: int = 1, effective: dict[str, Callable] | None = None,
+           device_reads: DeviceReads | None = None):
     """Register ``build(dataset, malicious, rng, *, **hyperparameters) -> Effect`` as attack ``name`` with its
-    version (bump it with any change of its numbers)."""
-    return ATTACKS.register(name, version=version, effective=effective)
+    version (bump it with any change of its numbers) and what it reads besides the malicious devices' own data and
+    updates (``device_reads``: ``()`` for nothing else; None leaves it undeclared, which DP refuses)."""
+
+    def decorator(build: Callable[..., Effect]) -> Callable[..., Effect]:
+        if device_reads is not None:
+            setattr(build, READS_ATTRIBUTE, device_reads if callable(device_reads) else tuple(device_reads))
+        return ATTACKS.register(name, version=version, effective=effective)(build)
+
+    return decorator
 
 
-@ATTACKS.register("none")
+def attack_reads(section: dict) -> tuple[str, ...]:
+    """What the section's attack declares it reads with the section's hyperparameters (``device_reads``), without
+    building it; ``(UNDECLARED,)`` where it declares nothing."""
+    declared = getattr(ATTACKS.get(section["name"]), READS_ATTRIBUTE, None)
+    if declared is None:
+        return (UNDECLARED,)
+    if callable(declared):
+        params = {k: v for k, v in section.items() if k not in ("name", "level")}
+        accepted = inspect.signature(declared).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            params = {k: v for k, v in params.items() if k in accepted}
+        return tuple(declared(**params))
+    return tuple(declared)
+
+
+@attack("none", device_reads=())
 def no_attack(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
     """Clean training (level must be 0)."""
     return Effect(dataset)

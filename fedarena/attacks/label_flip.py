@@ -11,7 +11,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect
+from fedarena.attacks.base import Effect, attack
 from fedarena.datasets.base import FederatedDataset, Split
 from fedarena.errors import ConfigError
 
@@ -64,7 +64,7 @@ def poison_dataset(dataset: FederatedDataset, malicious: np.ndarray,
     return dataclasses.replace(dataset, clients=clients)
 
 
-@ATTACKS.register("a1")
+@attack("a1", device_reads=())
 def label_poisoning(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
     """A1 (Ditto): training labels of the malicious devices flipped (binary) or uniformly random
     (multi-class), once before training."""

@@ -18,7 +18,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect, with_rows
+from fedarena.attacks.base import Effect, attack, with_rows
 from fedarena.datasets.base import FederatedDataset
 
 
@@ -62,7 +62,7 @@ def mimicked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Genera
     return with_rows(updates, bad, updates[chosen])
 
 
-@ATTACKS.register("mimic")
+@attack("mimic", device_reads=("honest_updates", "device_data"))  # copies an honest row; ranks by every device's data
 def mimic(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
     """Mimic: malicious devices send a copy of the round's most outlying honest device's update."""
     rank = torch.from_numpy(outlier_ranking(dataset, malicious))

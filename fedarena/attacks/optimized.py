@@ -18,13 +18,24 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect
+from fedarena.attacks.base import Effect, attack
 from fedarena.attacks.checks import choice, positive
 from fedarena.datasets.base import FederatedDataset
 from fedarena.errors import ConfigError
 
 KNOWLEDGE = ("benign", "benign_strict", "malicious")
 DIRECTIONS = ("unit", "std", "sign")  # the NDSS paper's perturbations: inverse unit vector / std / sign
+
+
+def knowledge_reads(*, knowledge: str = "benign", **_) -> tuple[str, ...]:
+    """What an attack whose reference is ``reference_rows`` reads (``attack(device_reads=...)``): the round's honest
+    updates, unless its knowledge is the malicious devices' own."""
+    return () if knowledge == "malicious" else ("honest_updates",)
+
+
+# an attack that searches against the server's rule evaluates it on the round's rows, the honest ones included,
+# whatever its knowledge (tailored, adaptive)
+RULE_SEARCH_READS = ("honest_updates",)
 
 
 def reference_rows(updates: torch.Tensor, bad: torch.Tensor, knowledge: str) -> torch.Tensor:
@@ -148,7 +159,7 @@ def _agr_agnostic(name: str, fits: Fits, dataset: FederatedDataset, direction: s
     return knowledge_effect(dataset, tamper, knowledge)
 
 
-@ATTACKS.register("min_max")
+@attack("min_max", device_reads=knowledge_reads)
 def min_max(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, direction: str = "unit",
             knowledge: str = "benign", gamma_init: float | None = None, tol: float = 1e-5) -> Effect:
     """Min-Max (NDSS 2021): the malicious update is no farther from any honest update than the two farthest
@@ -158,7 +169,7 @@ def min_max(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Gen
     return _agr_agnostic("min_max", min_max_fits, dataset, direction, knowledge, gamma_init, tol)
 
 
-@ATTACKS.register("min_sum")
+@attack("min_sum", device_reads=knowledge_reads)
 def min_sum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, direction: str = "unit",
             knowledge: str = "benign", gamma_init: float | None = None, tol: float = 1e-5,
             mode: str = "paper") -> Effect:
@@ -170,7 +181,7 @@ def min_sum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Gen
                          gamma_init, tol)
 
 
-@ATTACKS.register("fang")
+@attack("fang", device_reads=knowledge_reads)
 def fang(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, b: float = 2.0,
          knowledge: str = "benign") -> Effect:
     """Fang et al. (USENIX Security 2020) on trimmed mean / median (see ``fang_updates``); ``b`` > 1 (the

@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect
+from fedarena.attacks.base import Effect, attack
 from fedarena.attacks.checks import fraction, positive
 from fedarena.datasets.base import FederatedDataset
 from fedarena.errors import ConfigError
@@ -96,7 +96,7 @@ def _malicious_only(attack: str, scope: str, malicious: np.ndarray) -> bool:
     return scope == "malicious"
 
 
-@ATTACKS.register("persistent_random_corruption")
+@attack("persistent_random_corruption", device_reads=())
 def persistent_random_corruption(dataset: FederatedDataset, malicious: np.ndarray,
                                  rng: np.random.Generator, *, sample_fraction: float = 0.3, pixel_fraction: float = 0.3,
                                  scope: str = "all") -> Effect:
@@ -109,7 +109,7 @@ def persistent_random_corruption(dataset: FederatedDataset, malicious: np.ndarra
     return Effect(dataset, corrupt=corrupt)
 
 
-@ATTACKS.register("persistent_gaussian_noise")
+@attack("persistent_gaussian_noise", device_reads=())
 def persistent_gaussian_noise(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                               sample_fraction: float = 0.3, std: float = 1.0, scope: str = "all") -> Effect:
     """FedTilt persistent Gaussian noise (standard normal, added to a fraction of the samples every round)."""

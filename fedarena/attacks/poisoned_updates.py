@@ -16,7 +16,7 @@ from statistics import NormalDist
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect, with_rows
+from fedarena.attacks.base import Effect, attack, with_rows
 from fedarena.attacks.checks import non_negative, optional, positive
 from fedarena.attacks.label_flip import LABELLED_TASKS, poison_dataset
 from fedarena.datasets.base import FederatedDataset
@@ -85,7 +85,7 @@ def _maybe_poisoned(dataset: FederatedDataset, malicious: np.ndarray, rng: np.ra
     return poison_dataset(dataset, malicious, rng) if poison_labels else dataset
 
 
-@ATTACKS.register("a2")
+@attack("a2", device_reads=())
 def a2(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
        std: float | None = None, poison_labels: bool = False) -> Effect:
     """A2 random updates (Ditto Section 4): zero-mean Gaussian noise in place of the update, adversarial
@@ -96,7 +96,7 @@ def a2(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generato
     return Effect(_maybe_poisoned(dataset, malicious, rng, poison_labels), tamper=tamper)
 
 
-@ATTACKS.register("a3")
+@attack("a3", device_reads=())
 def a3(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
        scale: float | None = None, poison_labels: bool = True) -> Effect:
     """A3 model replacement (Ditto Section 4; Bagdasaryan et al. 2020): an *adversarial* update, scaled to
@@ -112,21 +112,21 @@ def a3(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generato
     return Effect(_maybe_poisoned(dataset, malicious, rng, poison_labels), tamper=tamper)
 
 
-@ATTACKS.register("sign_flip")
+@attack("sign_flip", device_reads=())
 def sign_flip(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
               scale: float = 1.0) -> Effect:
     """Sign flipping: malicious devices send -scale x their honest update."""
     return Effect(dataset, tamper=partial(sign_flipped_updates, scale=positive("sign_flip", "scale", scale)))
 
 
-@ATTACKS.register("alie")
+@attack("alie", device_reads=("honest_updates",))
 def alie(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
          z: float | None = None) -> Effect:
     """ALIE; ``z`` None: the paper's z_max for the round's n and f (see ``alie_z``)."""
     return Effect(dataset, tamper=partial(alie_updates, z=optional(non_negative, "alie", "z", z)))
 
 
-@ATTACKS.register("ipm")
+@attack("ipm", device_reads=("honest_updates",))
 def ipm(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
         epsilon: float = 0.1) -> Effect:
     return Effect(dataset, tamper=partial(ipm_updates, epsilon=positive("ipm", "epsilon", epsilon)))

@@ -2,7 +2,9 @@
 malicious update m = mean + gamma p of ``optimized.py``, with gamma searched against one robust rule.
 
 - ``tailored_krum``: the largest gamma with which Krum picks m (``target: krum``) or multi-Krum's set
-  holds the malicious updates (``target: multi_krum``, the default);
+  holds the malicious updates (``target: multi_krum``); by default (``target: null``) the server's own rule
+  where it runs Krum or multi-Krum (the attack tailored to Krum is tailored to the Krum it meets), multi-Krum
+  elsewhere;
 - ``tailored_bulyan``: the largest gamma with which Bulyan's iterated-Krum selection holds them;
 - ``tailored_median``: the gamma that pushes the coordinate-wise median (or trimmed mean, ``rule``) farthest
   from the honest mean.
@@ -32,11 +34,12 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import ATTACKS, Effect, RoundRule, with_rows
+from fedarena.attacks.base import Effect, RoundRule, attack, with_rows
 from fedarena.attacks.checks import choice, positive
 from fedarena.attacks.optimized import (
     DIRECTIONS,
     KNOWLEDGE,
+    RULE_SEARCH_READS,
     knowledge_effect,
     largest_gamma,
     perturbation,
@@ -252,23 +255,25 @@ def selection_effect(dataset: FederatedDataset, targets: tuple[str, ...], simula
     return knowledge_effect(dataset, tamper, opts["knowledge"], needs_rule=True)
 
 
-@ATTACKS.register("tailored_krum", version=2)
+@attack("tailored_krum", version=3, device_reads=RULE_SEARCH_READS)
 def tailored_krum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
-                  target: str = "multi_krum", mode: str = "paper", direction: str | None = None,
+                  target: str | None = None, mode: str = "paper", direction: str | None = None,
                   knowledge: str = "benign", gamma_init: float | None = None, tol: float = 1e-5) -> Effect:
     """NDSS 2021's attack on Krum / multi-Krum: the largest gamma (halving search from ``gamma_init``) with
     which Krum picks m (``target: krum``) or multi-Krum's set holds the malicious updates (``multi_krum``);
-    against the server's own rule where it is the target, else simulated (``mode``; see the module)."""
+    against the server's own rule where it is the target, else simulated (``mode``; see the module). Null
+    targets whichever of the two the server runs, and simulates multi-Krum against any other rule."""
     opts = common("tailored_krum", dataset, direction, knowledge, mode, gamma_init, tol, MKRUM_GAMMA_INIT)
-    multi = choice("tailored_krum", "target", target, TARGETS) == "multi_krum"
+    targets = TARGETS if target is None else (choice("tailored_krum", "target", target, TARGETS),)
+    multi = targets != ("krum",)
     if opts.pop("mode") == "reference":
         simulate = partial(notebook_multi_krum_chosen, multi=multi)
     else:
         simulate = multi_krum_chosen if multi else krum_chosen
-    return selection_effect(dataset, (target,), simulate, opts)
+    return selection_effect(dataset, targets, simulate, opts)
 
 
-@ATTACKS.register("tailored_bulyan", version=2)
+@attack("tailored_bulyan", version=2, device_reads=RULE_SEARCH_READS)
 def tailored_bulyan(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                     mode: str = "paper", direction: str | None = None, knowledge: str = "benign",
                     gamma_init: float | None = None, tol: float = 1e-5) -> Effect:
@@ -280,7 +285,7 @@ def tailored_bulyan(dataset: FederatedDataset, malicious: np.ndarray, rng: np.ra
     return selection_effect(dataset, ("bulyan",), simulate, opts)
 
 
-@ATTACKS.register("tailored_median", version=2)
+@attack("tailored_median", version=2, device_reads=RULE_SEARCH_READS)
 def tailored_median(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                     rule: str = "median", mode: str = "paper", direction: str | None = None,
                     knowledge: str = "benign", gamma_init: float | None = None, tol: float = 1e-5) -> Effect:

@@ -23,7 +23,7 @@ from fedarena.bench.parse import parse_suite
 from fedarena.bench.preflight import preflight
 from fedarena.bench.suite import Suite, SuiteError
 from fedarena.bench.validate import check_suite_entries
-from fedarena.config import SCALES
+from fedarena.config import SCALES, load_yaml
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.base import METHODS
@@ -41,7 +41,7 @@ def battery_file() -> Path:
 
 
 def load_battery() -> dict:
-    return yaml.safe_load(battery_file().read_text(encoding="utf-8"))
+    return load_yaml(battery_file().read_text(encoding="utf-8"))
 
 
 def version() -> int:

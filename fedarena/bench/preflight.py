@@ -16,6 +16,8 @@ import torch
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.errors import ConfigError
+from fedarena.privacy.dp_trial import check_attack_privacy
+from fedarena.privacy.mechanisms import privacy_from
 from fedarena.registry import UnknownNameError
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, build_trial_model, load_dataset
@@ -52,6 +54,7 @@ def preflight(specs: list[TrialSpec]) -> Preflight:
     for spec in specs:
         try:
             cfg = resolve_config(spec.config)
+            check_attack_privacy(privacy_from(cfg.privacy), cfg.attack)  # from its declaration, before any data
             dataset = _cached(datasets, json.dumps(cfg.dataset, sort_keys=True), lambda c=cfg: load_dataset(c))
             method = assemble(cfg, dataset)[0]  # the privacy plan's calibration too
             key = (json.dumps(cfg.model, sort_keys=True), cfg.backend, dataset.input_shape, dataset.num_classes,

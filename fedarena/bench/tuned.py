@@ -29,6 +29,7 @@ import yaml
 
 from fedarena.bench.select import with_setting
 from fedarena.bench.suite import Rule, Suite
+from fedarena.config import load_yaml
 from fedarena.errors import ConfigError
 
 
@@ -53,7 +54,7 @@ def read_frozen(path: str | Path) -> dict:
     if not path.is_file():
         raise TuneError(f"--tuned {path}: no such file; write one with `fedarena tune SUITE --out {path}`")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise TuneError(f"--tuned {path}: not YAML ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict) or data.get("fedarena_tuned") != FORMAT:

@@ -68,17 +68,6 @@ class FederatedDataset:
         return replace(self, clients=[c.to(device) for c in self.clients])
 
 
-RAW_PIXELS = "raw_pixels"  # a dataset's meta key: statistics of its raw pixels over all of them
-
-
-def raw_pixel_stats(raw: np.ndarray) -> dict[str, float]:
-    """The mean, std and maximum of every raw pixel value together, kept in a dataset's meta (``RAW_PIXELS``)
-    where its pixels are standardised one by one or per channel: what a white pixel's value is under a
-    dataset-wide normalisation, (max - mean) / std (a backdoor trigger's default, ``attacks.backdoor``)."""
-    values = np.asarray(raw, dtype=np.float64)
-    return {"mean": float(values.mean()), "std": float(values.std()), "max": float(values.max())}
-
-
 def split_indices(
     indices: np.ndarray, rng: np.random.Generator, fractions: tuple[float, float, float] = SPLIT_FRACTIONS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

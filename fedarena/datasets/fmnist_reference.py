@@ -23,18 +23,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedarena.datasets.base import (
-    RAW_PIXELS,
-    ClientData,
-    FederatedDataset,
-    Split,
-    fingerprint,
-    raw_pixel_stats,
-)
+from fedarena.datasets.base import ClientData, FederatedDataset, Split, fingerprint
 from fedarena.datasets.files import idx
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import data_root, size_digest
 from fedarena.datasets.pipeline import seed_streams
+from fedarena.datasets.pixels import PIXELS, PixelScale
 from fedarena.errors import ConfigError
 
 CLASSES_PER_DEVICE = 5
@@ -88,15 +82,18 @@ def assign(labels: np.ndarray, counts: np.ndarray, what: str) -> list[np.ndarray
             for u in range(counts.shape[0])]
 
 
-def standardize_by_train(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(x - mu) / (sigma + 0.001) per pixel, mu and sigma over the training images (float32, as the script)."""
+def standardize_by_train(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray, PixelScale]:
+    """(x - mu) / (sigma + 0.001) per pixel, mu and sigma over the training images (float32, as the script), of
+    both files, and that normalisation as a ``PixelScale`` (raw values 0-255)."""
     flat_train = train.reshape(len(train), -1).astype(np.float32)
     mu, sigma = flat_train.mean(0), flat_train.std(0)
 
     def scale(x: np.ndarray) -> np.ndarray:
         return ((x.reshape(len(x), -1).astype(np.float32) - mu) / (sigma + SIGMA_EPS)).reshape(x.shape)
 
-    return scale(train), scale(test)
+    shape = (1, *train.shape[1:])
+    pixels = PixelScale(mu.reshape(shape), (sigma + SIGMA_EPS).reshape(shape), float(train.max()), "pixel")
+    return scale(train), scale(test), pixels
 
 
 def split_train_val(idx_train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +115,8 @@ def build_reference(rng: np.random.Generator, source: Source, *, data_dir: str |
     sizes, props = draw_shares(part_rng, num_clients)
     counts = device_counts(sizes, props, total=len(train_y))
     train_parts, test_parts = assign(train_y, counts[0], "training"), assign(test_y, counts[1], "test")
-    xs = [torch.from_numpy(np.ascontiguousarray(a)[:, None]) for a in standardize_by_train(train_x, test_x)]
+    *images, pixels = standardize_by_train(train_x, test_x)
+    xs = [torch.from_numpy(np.ascontiguousarray(a)[:, None]) for a in images]
     ys = [torch.from_numpy(train_y), torch.from_numpy(test_y)]
     clients, parts = [], []
     for tr_all, te in zip(train_parts, test_parts, strict=True):
@@ -128,6 +126,6 @@ def build_reference(rng: np.random.Generator, source: Source, *, data_dir: str |
     files = [idx.locate(folder, base) for pair in idx.SPLIT_FILES for base in pair]
     text = f"fmnist|files={size_digest(files, root)}|reference|K={num_clients}"
     meta = {"partition": "reference", "pool": "reference", "source": text, "num_clients": num_clients,
-            RAW_PIXELS: raw_pixel_stats(train_x)}  # the script standardises by the training file's pixels
+            PIXELS: pixels}  # the script standardises by the training file's pixels
     return FederatedDataset("fmnist", clients, num_classes=NUM_CLASSES, input_shape=(1, *train_x.shape[1:]),
                             fingerprint=fingerprint(text, parts), meta=meta)

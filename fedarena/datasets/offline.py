@@ -10,16 +10,12 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, from_partition, raw_pixel_stats
+from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.partition import PARTITIONERS
+from fedarena.datasets.pixels import PIXELS, PixelScale, check_normalization, standardize_images
 from fedarena.errors import ConfigError
 from fedarena.params import resolve
-
-
-def standardize(x: np.ndarray) -> np.ndarray:
-    """Per-feature standardisation (the papers standardise pixels per pixel)."""
-    return (x - x.mean(0)) / np.maximum(x.std(0), 1e-8)
 
 
 def partition_labels(
@@ -30,41 +26,45 @@ def partition_labels(
     return fn(labels, num_clients, rng, **resolve("partition", partition, fn, options))
 
 
-@register_dataset("digits", model="mlp")
+@register_dataset("digits", model="mlp", version=2)
 def digits(
     rng: np.random.Generator,
     *,
     num_clients: int = 30,
     partition: str = "k_classes",
     partition_options: dict | None = None,
+    normalize: str = "channel",
 ) -> FederatedDataset:
     """scikit-learn's 1,797 8x8 handwritten digits (real data that ships with scikit-learn), 10 classes.
 
     Default partition: Ditto's Fashion-MNIST recipe scaled down (5 classes per client, lognormal sizes).
+    Pixels standardised over all of them (``normalize: channel``, the backdoor papers' convention; version 1
+    standardised them one by one, ``normalize: pixel``), raw values 0-16 (``datasets.pixels``).
     """
-    features, labels, raw = digits_arrays()
+    features, labels, scale = digits_arrays(check_normalization("digits", normalize))
     x = torch.tensor(features, dtype=torch.float32)
     y = torch.tensor(labels, dtype=torch.long)
     options = {"min_size": 20} if partition == "k_classes" else {}
     options.update(partition_options or {})
     parts = partition_labels(labels, num_clients, rng, partition, options)
-    source = f"sklearn.load_digits|{partition}|{sorted(options.items())}"
+    source = f"sklearn.load_digits|{partition}|{sorted(options.items())}|normalize={normalize}"
     return from_partition("digits", x, y, parts, rng, num_classes=10, source=source,
-                          meta={"partition": partition, **options, "image_shape": (8, 8), RAW_PIXELS: raw})
+                          meta={"partition": partition, **options, "image_shape": (8, 8), PIXELS: scale})
 
 
-@lru_cache(maxsize=1)
-def digits_arrays() -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """The standardised digit images [1797, 64], their labels (read-only) and the raw pixels' statistics
-    (``raw_pixel_stats``; raw values 0-16): parsed once per process (a benchmark worker builds hundreds of
-    digits trials; scikit-learn parses its CSV file on every load)."""
+@lru_cache(maxsize=2)
+def digits_arrays(normalize: str = "channel") -> tuple[np.ndarray, np.ndarray, PixelScale]:
+    """The standardised digit images [1797, 64], their labels (read-only) and their ``PixelScale`` (raw values
+    0-16): parsed once per process (a benchmark worker builds hundreds of digits trials; scikit-learn parses
+    its CSV file on every load)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    features, labels = standardize(bunch.data.astype(np.float32)), bunch.target
+    features, scale = standardize_images(bunch.data, normalize, channel_axis=None)
+    labels = bunch.target
     features.setflags(write=False)
     labels.setflags(write=False)
-    return features, labels, raw_pixel_stats(bunch.data)
+    return features, labels, scale
 
 
 @register_dataset("synthetic", model="logreg")

@@ -10,6 +10,9 @@ the paper's text ("rescaled to the 60,000 training images"). Either way every de
 samples 72/8/20. ``fmnist`` also takes ``pool="reference"``: the script that produced the published numbers
 takes each device's training images from the training file and its test images from the test file, with
 its own per-device counts, file order, reuse and standardisation (``fmnist_reference``).
+``normalize``: pixels standardised one by one (``pixel``: the default of fmnist, as Ditto, and of the FedTilt
+MNIST datasets) or per colour channel (``channel``: CIFAR-10's default, the backdoor papers' convention); the
+dataset keeps its ``PixelScale`` (``datasets.pixels``) so raw pixels are recoverable.
 Builders never download: ``fedarena data fetch NAME`` does (see fetch.py); a missing or damaged file is a
 DataError naming the remedy.
 """
@@ -21,15 +24,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedarena.datasets.base import RAW_PIXELS, FederatedDataset, raw_pixel_stats
+from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.catalog import register_dataset
 from fedarena.datasets.files import cifar, idx
 from fedarena.datasets.files.sources import Source, require
 from fedarena.datasets.files.storage import data_root, size_digest
 from fedarena.datasets.files.torchvision import CIFAR_SOURCE, FMNIST_SOURCE, MNIST_SOURCE
 from fedarena.datasets.fmnist_reference import build_reference
-from fedarena.datasets.offline import standardize
 from fedarena.datasets.pipeline import assemble, partition_pool, seed_streams
+from fedarena.datasets.pixels import PIXELS, PixelScale, check_normalization, standardize_images
 from fedarena.errors import ConfigError
 
 DITTO_FMNIST = {"classes_per_client": 5, "sizes": "lognormal"}
@@ -38,26 +41,24 @@ REFERENCE_POOL = "reference"  # fmnist only: Ditto's reference script (fmnist_re
 FEDTILT = {"classes_per_client": 2, "sizes": "equal"}
 
 
-def load_idx_pool(dataset: str, root: Path, source: Source,
-                  train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path], dict[str, float]]:
-    """Pooled images standardised per pixel, as [n, 1, 28, 28] float32, labels, files read and the raw pixels'
-    statistics (``raw_pixel_stats``)."""
+def load_idx_pool(dataset: str, root: Path, source: Source, train_only: bool = False,
+                  normalize: str = "pixel") -> tuple[np.ndarray, np.ndarray, list[Path], PixelScale]:
+    """Pooled images standardised as ``normalize`` says (default per pixel), as [n, 1, 28, 28] float32,
+    labels, files read and their ``PixelScale`` (raw values 0-255)."""
     require(dataset, source, root)
     x, y, files = idx.load_pooled(dataset, root / f"{source.name}/raw", source.how, train_only)
-    flat = standardize(x.reshape(len(x), -1).astype(np.float32))
-    return flat.reshape(len(x), 1, *x.shape[1:]).astype(np.float32), y, files, raw_pixel_stats(x)
+    images, scale = standardize_images(x.reshape(len(x), 1, *x.shape[1:]), normalize, channel_axis=0)
+    return images, y, files, scale
 
 
-def load_cifar_pool(dataset: str, root: Path,
-                    train_only: bool = False) -> tuple[np.ndarray, np.ndarray, list[Path], dict[str, float]]:
-    """Pooled images standardised per colour channel, [n, 3, 32, 32] float32, labels, files read and the raw
-    pixels' statistics (in [0, 1], all channels together)."""
+def load_cifar_pool(dataset: str, root: Path, train_only: bool = False,
+                    normalize: str = "channel") -> tuple[np.ndarray, np.ndarray, list[Path], PixelScale]:
+    """Pooled images standardised as ``normalize`` says (default per colour channel), [n, 3, 32, 32] float32,
+    labels, files read and their ``PixelScale`` (raw values scaled to [0, 1])."""
     require(dataset, CIFAR_SOURCE, root)
     x, y, files = cifar.load_pooled(dataset, root, CIFAR_SOURCE.how, train_only)
-    x = x.astype(np.float32) / 255.0
-    mean = x.mean(axis=(0, 2, 3), keepdims=True)
-    std = np.maximum(x.std(axis=(0, 2, 3), keepdims=True), 1e-8)
-    return (x - mean) / std, y, files, raw_pixel_stats(x)
+    images, scale = standardize_images(x.astype(np.float32) / 255.0, normalize, channel_axis=0)
+    return images, y, files, scale
 
 
 def build_pooled(
@@ -70,10 +71,11 @@ def build_pooled(
     partition: str,
     options: dict,
     max_samples: int | None,
+    shown_normalize: str | None = None,
 ) -> FederatedDataset:
-    """Partition a pooled (x, y, files, raw pixel statistics) source with the partition cache, then split every
-    client."""
-    x, y, files, raw = pool
+    """Partition a pooled (x, y, files, PixelScale) source with the partition cache, then split every client;
+    ``shown_normalize``, a normalisation other than the dataset's default, joins the fingerprint's source."""
+    x, y, files, scale = pool
     token, part_rng, split_rng = seed_streams(rng)
     parts = partition_pool(
         dataset,
@@ -89,8 +91,9 @@ def build_pooled(
     )
     source = (
         f"{dataset}|files={size_digest(files, root)}|{partition}|{sorted(options.items())}|max={max_samples}"
+        + (f"|normalize={shown_normalize}" if shown_normalize else "")
     )
-    meta = {"partition": partition, **options, "max_samples": max_samples, RAW_PIXELS: raw}
+    meta = {"partition": partition, **options, "max_samples": max_samples, PIXELS: scale}
     return assemble(
         dataset,
         parts,
@@ -109,21 +112,25 @@ def _options(partition: str, defaults: dict, given: dict | None) -> dict:
 
 
 def check_pool(name: str, pool: str, partition: str, partition_options: dict | None,
-               max_samples: int | None) -> None:
+               max_samples: int | None, normalize: str = "pixel") -> None:
     """``pool`` is one of POOLS, or ``reference`` for fmnist, which builds its own partition."""
     allowed = POOLS + ((REFERENCE_POOL,) if name == "fmnist" else ())
     if pool not in allowed:
         raise ConfigError(f"dataset {name!r}: pool must be one of {', '.join(allowed)} (train_test: training and "
                           "test files pooled; train: the training files alone"
                           + ("; reference: Ditto's reference script" if name == "fmnist" else "") + f"); got {pool!r}")
-    if pool == REFERENCE_POOL and (partition != "k_classes" or partition_options or max_samples is not None):
-        raise ConfigError("dataset 'fmnist': pool=reference builds the reference script's own partition; leave "
-                          "partition, partition_options and max_samples at their defaults")
+    if pool == REFERENCE_POOL and (partition != "k_classes" or partition_options or max_samples is not None
+                                   or normalize != "pixel"):
+        raise ConfigError("dataset 'fmnist': pool=reference builds the reference script's own partition and "
+                          "standardisation; leave partition, partition_options, max_samples and normalize (pixel) at "
+                          "their defaults")
 
 
-def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str, source) -> None:
-    """Register a torchvision-format dataset: ``load(name, root, train_only)`` gives the pooled images and labels, and
-    ``defaults`` the paper's k_classes options (the builder's signature is its hyperparameter schema)."""
+def _register_torchvision(name: str, model: str, clients: int, load, defaults: dict, doc: str, source,
+                          normalization: str = "pixel") -> None:
+    """Register a torchvision-format dataset: ``load(name, root, train_only, normalize)`` gives the pooled images
+    and labels, ``defaults`` the paper's k_classes options and ``normalization`` its default (the builder's
+    signature is its hyperparameter schema)."""
 
     def build(
         rng: np.random.Generator,
@@ -134,13 +141,15 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
         partition_options: dict | None = None,
         max_samples: int | None = None,
         pool: str = "train_test",
+        normalize: str = normalization,
     ) -> FederatedDataset:
-        check_pool(name, pool, partition, partition_options, max_samples)
+        check_pool(name, pool, partition, partition_options, max_samples, check_normalization(name, normalize))
         if pool == REFERENCE_POOL:
             return build_reference(rng, FMNIST_SOURCE, data_dir=data_dir, num_clients=num_clients)
         root = data_root(data_dir)
-        return build_pooled(name, rng, root, load(name, root, pool == "train"), num_clients=num_clients, partition=partition,
-                            options=_options(partition, defaults, partition_options), max_samples=max_samples)
+        return build_pooled(name, rng, root, load(name, root, pool == "train", normalize), num_clients=num_clients,
+                            partition=partition, options=_options(partition, defaults, partition_options),
+                            max_samples=max_samples, shown_normalize=None if normalize == normalization else normalize)
 
     build.__doc__ = doc
     build.__name__ = name
@@ -148,7 +157,7 @@ def _register_torchvision(name: str, model: str, clients: int, load, defaults: d
 
 
 def _idx(source):
-    return lambda name, root, train_only: load_idx_pool(name, root, source, train_only)
+    return lambda name, root, train_only, normalize: load_idx_pool(name, root, source, train_only, normalize)
 
 
 _register_torchvision("fmnist", "cnn_fmnist", 500, _idx(FMNIST_SOURCE), DITTO_FMNIST,
@@ -160,4 +169,5 @@ _register_torchvision("fmnist_fedtilt", "mlp", 100, _idx(FMNIST_SOURCE), FEDTILT
 _register_torchvision("mnist", "mlp", 100, _idx(MNIST_SOURCE), FEDTILT,
                       "MNIST with FedTilt's partition (100 clients, 2 classes each, equal sizes), [1, 28, 28].", MNIST_SOURCE)
 _register_torchvision("cifar10", "cnn_cifar", 100, load_cifar_pool, FEDTILT,
-                      "CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32].", CIFAR_SOURCE)
+                      "CIFAR-10 with FedTilt's partition (100 clients, 2 classes each, equal sizes), [3, 32, 32].", CIFAR_SOURCE,
+                      normalization="channel")

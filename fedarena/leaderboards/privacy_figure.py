@@ -1,7 +1,8 @@
 """The privacy-utility figure: benign test accuracy (solid) and the worst 10% of devices' accuracy (dashed)
 against the privacy spent, epsilon (log scale), one line per method, one panel per setting (clean, A1 20%, ...).
 
-A cell's epsilon is what its runs report (``epsilon``, at their delta). Two positions right of the finite ones
+A cell's epsilon is what its runs report (``epsilon``, at their ``delta``, which the x axis names: "ε at δ =
+1e-05"). Two positions right of the finite ones
 have no finite epsilon: ``∞`` (clipped, no noise) and ``no DP`` (the privacy axis's ``none``). A method that
 shares nothing (local training: epsilon 0) is a dotted horizontal line, the reference a private method
 should stay above.
@@ -19,7 +20,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, ordered_values, palette, run_on  # noqa: E402
-from fedarena.leaderboards.tables import setting_label, sort_key  # noqa: E402
+from fedarena.leaderboards.tables import delta_text, setting_label, sort_key  # noqa: E402
 
 NO_DP = "none"
 WORST10 = "acc_worst10"
@@ -77,7 +78,7 @@ def plot_privacy(data: pd.DataFrame, title: str, path: Path, colors: dict | None
                       fontsize="small")
         ax.minorticks_off()
         ax.set_title(setting_label(attack, level))
-        ax.set_xlabel("ε (privacy spent)")
+        ax.set_xlabel(epsilon_axis(part))
         ax.set_ylabel("benign test accuracy")
     axes[0][-1].legend(fontsize="x-small", loc="lower right")
     fig.suptitle(title)
@@ -85,6 +86,13 @@ def plot_privacy(data: pd.DataFrame, title: str, path: Path, colors: dict | None
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def epsilon_axis(part: pd.DataFrame) -> str:
+    """The x label of a panel: epsilon at the delta of its private cells ("ε at δ = 1e-05 (privacy spent)")."""
+    private = part.loc[part["privacy_label"] != NO_DP, "delta"] if "delta" in part else []
+    at = delta_text(private)
+    return f"ε at {at} (privacy spent)" if at else "ε (privacy spent)"
 
 
 def _draw(ax, rows: pd.DataFrame, method: str, color) -> None:

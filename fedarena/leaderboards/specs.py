@@ -41,7 +41,18 @@ from fedarena.leaderboards.declared import TABLES
 from fedarena.leaderboards.server_rules import EXPLAINED as SECURE_EXPLAINED
 from fedarena.leaderboards.server_rules import MARK, marked_rows
 from fedarena.leaderboards.significance import ALPHA, NOT_SIGNIFICANT
-from fedarena.leaderboards.tables import MISSING, Block, Cell, Table, label, pivot, setting_label
+from fedarena.leaderboards.tables import (
+    MISSING,
+    Block,
+    Cell,
+    Table,
+    delta_text,
+    label,
+    pivot,
+    privacy_deltas,
+    privacy_text,
+    setting_label,
+)
 from fedarena.leaderboards.worst import tag_worst, worst_cells
 from fedarena.simulation.properties import RUN_PROPERTIES
 
@@ -50,6 +61,7 @@ WORST_CASE = "worst_case"
 BACKDOOR = "backdoor"
 PRIVACY = "privacy"
 ASR = "asr_pooled"  # the attack success rate the backdoor table shows, bolds and tests
+EPSILON = "epsilon"  # a run property: shown with the delta it is at
 
 
 @dataclass(frozen=True)
@@ -201,6 +213,8 @@ def _metric_cell(row, metric: str, most: int) -> tuple[str, float, float]:
     ci = getattr(row, f"{metric}_ci", np.nan)
     if metric in RUN_PROPERTIES:  # a run's property (a certified radius, an epsilon) is no share: printed as it is
         text = f"{value:.4g}" + (f"±{ci:.2g}" if np.isfinite(ci) else "")
+        if metric == EPSILON and delta_text([getattr(row, "delta", np.nan)]):  # an epsilon is at a delta
+            text += f" ({delta_text([row.delta])})"
     else:
         text = f"{100 * value:.2f}" + _plus_minus(ci, 100.0, 2, False)
     text += (_seed_mark(row.n_seeds, most) if np.isfinite(ci) else "") + ("†" if row.diverged else "")
@@ -214,7 +228,7 @@ def _metric_rows(selected: pd.DataFrame, spec: TableSpec, most: int) -> pd.DataF
         for metric, head in spec.metrics:
             text, score, spread = _metric_cell(row, metric, most)
             rows.append({**{k: getattr(row, k) for k in POSITION}, "metric": head, "text": text, "score": score,
-                         "score_sd": spread, "n_seeds": row.n_seeds})
+                         "score_sd": spread, "n_seeds": row.n_seeds, "delta": getattr(row, "delta", np.nan)})
     return pd.DataFrame(rows)
 
 
@@ -243,8 +257,10 @@ def display_frame(selected: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     return frame
 
 
-def block_title(keys: tuple[str, ...], values: tuple) -> str:
-    texts = {k: label(k, v) for k, v in zip(keys, values, strict=True)}
+def block_title(keys: tuple[str, ...], values: tuple, deltas: dict[str, str] | None = None) -> str:
+    """The block's title; a privacy label carries its delta (``deltas``: ``tables.privacy_deltas``)."""
+    texts = {k: privacy_text(v, deltas or {}) if k == "privacy_label" else label(k, v)
+             for k, v in zip(keys, values, strict=True)}
     if texts.get("attack_label") == "clean":
         texts.pop("level", None)
     return " ".join(t for t in texts.values() if t)
@@ -263,13 +279,23 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
     blocks = pivot(frame, row_key="method_label", column_by=spec.column_by, block_by=spec.block_by,
                    row_order=order, column_order=metric_order)  # fmt: skip
     for key, block in blocks:
-        block.title = block_title(spec.block_by, key)
+        block.title = block_title(spec.block_by, key, block_deltas(frame, spec.block_by, key))
     shown_blocks = [b for _, b in blocks]
     secure_notes = mark_rows(shown_blocks, marked_rows(shown))
     notes = table_notes(described, spec) + worst_notes + significance_notes(shown_blocks, spec)
     notes += privacy_notes(described) if "privacy_label" in (*spec.column_by, *spec.block_by) else []
     notes += secure_notes + list(footnotes or [])
     return Table(spec.name, spec.title, shown_blocks, notes, shown.reset_index(drop=True))
+
+
+def block_deltas(frame: pd.DataFrame, keys: tuple[str, ...], values: tuple) -> dict[str, str]:
+    """The delta texts of the privacy labels in one block's cells (none where the block is not by privacy)."""
+    if "privacy_label" not in keys:
+        return {}
+    inside = np.ones(len(frame), dtype=bool)
+    for k, v in zip(keys, values, strict=True):
+        inside &= (frame[k] == v).to_numpy()
+    return privacy_deltas(frame[inside])
 
 
 def mark_rows(blocks: list[Block], marked: set[str]) -> list[str]:
@@ -346,16 +372,17 @@ def privacy_notes(cells: pd.DataFrame) -> list[str]:
     """What each privacy label spent: epsilon at delta and the noise multiplier (mean over its runs), per dataset;
     ``none`` runs without differential privacy, and a method that shares nothing spends no privacy."""
     notes = ["Privacy: user-level DP (replace-one adjacency, dp-accounting's RDP unless a run says otherwise); ε "
-             "is the budget the runs spent by their last round at δ. none: no differential privacy (ε = ∞); ε = ∞ "
+             "is the budget the runs spent by their last round at the δ beside it (a label's δ in parentheses; "
+             "by default 1e-5, or N^-1.1 for N devices where smaller). none: no differential privacy (ε = ∞); ε = ∞ "
              "with a noise multiplier of 0: clipping without noise."]
     if "epsilon" not in cells:
         return notes
     private = cells[pd.to_numeric(cells["epsilon"], errors="coerce").notna()]
     for (dataset, privacy), part in private.groupby(["dataset_label", "privacy_label"], sort=False):
-        eps, delta, z = (float(np.nanmean(part[k])) if k in part else np.nan
-                         for k in ("epsilon", "delta", "noise_multiplier"))
+        eps, z = (float(np.nanmean(part[k])) if k in part else np.nan for k in ("epsilon", "noise_multiplier"))
         shown = "∞" if np.isinf(eps) else f"{eps:.3g}"
-        notes.append(f"{dataset}, {privacy}: ε = {shown} at δ = {delta:.2g}, noise multiplier {z:.3g}.")
+        at = delta_text(part["delta"]) if "delta" in part else ""
+        notes.append(f"{dataset}, {privacy}: ε = {shown} at {at or 'an unrecorded δ'}, noise multiplier {z:.3g}.")
     if "uses_aggregator" in cells:
         local = cells.loc[cells["uses_aggregator"] == False, "method_label"]  # noqa: E712
         if len(local):

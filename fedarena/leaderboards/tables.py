@@ -6,6 +6,10 @@ header: FEMNIST's A3 levels differ from Fashion-MNIST's). A block has an optiona
 (``render.py``) turn it into LaTeX, Markdown or HTML; the tidy numbers behind it go to CSV. Where the
 frame gives each score's spread over seeds, every column's bold entry is tested against its runner-up
 (``significance``) and marked when the ordering is not significant.
+
+A privacy label (``eps10``) names a budget, which means nothing without its delta: wherever a block shows one
+(a column or its title), the label carries the delta its runs' epsilon is at, ``eps10 (δ = 1e-05)``
+(``privacy_deltas``).
 """
 
 from __future__ import annotations
@@ -89,11 +93,42 @@ def setting_label(attack: str, level: float) -> str:
     return text if attack == "clean" else f"{text} {label('level', level)}"
 
 
-def column_labels(keys: tuple[str, ...], values: tuple) -> tuple[str, str]:
+def delta_text(deltas) -> str:
+    """'δ = 1e-05' for the deltas of some runs (two significant digits; 'δ = 1e-06–1e-05' where they differ),
+    '' where none is finite."""
+    values = sorted({float(f"{d:.2g}") for d in pd.to_numeric(pd.Series(list(deltas), dtype=object),
+                                                              errors="coerce") if np.isfinite(d)})
+    if not values:
+        return ""
+    return f"δ = {values[0]:.2g}" if len(values) == 1 else f"δ = {values[0]:.2g}–{values[-1]:.2g}"
+
+
+def privacy_deltas(part: pd.DataFrame) -> dict[str, str]:
+    """privacy label -> the delta text of its cells in ``part`` (labels whose runs report no delta, e.g. none,
+    have none)."""
+    if "privacy_label" not in part or "delta" not in part:
+        return {}
+    out = {}
+    for privacy, rows in part.groupby("privacy_label", sort=False):
+        text = delta_text(rows["delta"])
+        if text:
+            out[str(privacy)] = text
+    return out
+
+
+def privacy_text(privacy, deltas: dict[str, str]) -> str:
+    """A privacy label as shown: with its delta where its runs report one (``eps10 (δ = 1e-05)``)."""
+    text = label("privacy_label", privacy)
+    return f"{text} ({deltas[str(privacy)]})" if str(privacy) in deltas else text
+
+
+def column_labels(keys: tuple[str, ...], values: tuple, deltas: dict[str, str] | None = None) -> tuple[str, str]:
     """(group, sub) header labels of one column; a clean column has no level, a worst-case column's group
-    is 'worst@20%' (no sub label)."""
+    is 'worst@20%' (no sub label); a privacy label carries its delta (``deltas``, ``privacy_deltas``)."""
     raw = dict(zip(keys, values, strict=True))
     texts = {k: label(k, v) for k, v in raw.items()}
+    if "privacy_label" in raw:
+        texts["privacy_label"] = privacy_text(raw["privacy_label"], deltas or {})
     if texts.get("attack_label") == "clean" and "level" in texts:
         texts["level"] = ""
     if raw.get("attack_label") == WORST and "level" in raw:
@@ -154,7 +189,8 @@ def _block(part, row_key, column_by, row_order, stub_label, column_order) -> Blo
             doubtful = (row, col) in bold and col in verdicts and verdicts[col].tested and not verdicts[col].significant
             cells.append(Cell(text + (NOT_SIGNIFICANT if doubtful else ""), (row, col) in bold))
         body.append(cells)
-    heads = [column_labels(column_by, c) for c in columns]
+    deltas = privacy_deltas(part) if "privacy_label" in column_by else {}
+    heads = [column_labels(column_by, c, deltas) for c in columns]
     named = [(" ".join(p for p in heads[i] if p), verdicts[c]) for i, c in enumerate(columns) if c in verdicts]
     return Block(header=[stub_label] + [s for _, s in heads], rows=body, groups=_spans([g for g, _ in heads]),
                  verdicts=named)

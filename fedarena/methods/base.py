@@ -66,6 +66,13 @@ class Method:
     needs_train = False  # True: StepContext.train is filled with the group's whole training data
     needs_losses = False  # True: server_step needs each client's training loss at the global model
     reweights_clients = False  # True: server_step weights the clients by their losses or updates (``client_weights``)
+    # what server_step reads from the devices besides the update each sends (``fedarena.privacy.dp_trial.READS``):
+    # "losses" (each device's training loss at the global model, computed on its data without noise; implied by
+    # ``needs_losses``), "device_data" (raw training data, or a table the devices write from it); DP refuses a method
+    # that reads what its noise does not cover. Local training (local_step, StepContext.val and .train) runs on the
+    # device, before its update is clipped and noised, and is not a read.
+    device_reads: tuple[str, ...] = ()
+    adds_aggregate = True  # False: server_step's new global model is not w + the rule's output (L2SGD scales it)
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression", "multilabel")  # dataset tasks it is defined for
     models: tuple[str, ...] | None = None  # models the method is defined for (None: any)

@@ -28,6 +28,7 @@ class Term(Method):
 
     needs_losses = True
     reweights_clients = True
+    device_reads = ("losses",)
 
     def __init__(self, *, t: float = 1.0):
         self.t = float(t)
@@ -62,6 +63,7 @@ class QFFL(Method):
 
     needs_losses = True
     reweights_clients = True
+    device_reads = ("losses",)
 
     def __init__(self, *, q: float = 1.0):
         if q < 0:
@@ -96,6 +98,7 @@ class AFL(Method):
 
     needs_losses = True
     reweights_clients = True
+    device_reads = ("losses",)
 
     def __init__(self, *, lr_lambda: float = 0.01):
         if lr_lambda <= 0:

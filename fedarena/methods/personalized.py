@@ -33,6 +33,7 @@ class L2SGD(Method):
     ``lam`` >= 0: pull of every personal model towards the mean of all personal models."""
 
     evaluates = "personal"
+    adds_aggregate = False  # w_bar + (n/K) aggregate
 
     def __init__(self, *, lam: float = 1.0, mode: str = "paper"):
         if lam < 0:

@@ -5,13 +5,26 @@ Adjacency is *replace one client* (user-level DP: one device's whole data replac
 dp-accounting supports for fedarena's sampling, a fixed number m of the N clients drawn uniformly without
 replacement each round (``SampledWithoutReplacementDpEvent``, Wang, Balle and Kasiviswanathan, AISTATS 2019).
 A clipped update moves by at most 2 x clip when its device's data is replaced, so the L2 sensitivity of the
-clipped sum is 2 x clip: the Gaussian event's noise multiplier (standard deviation over sensitivity) is z / 2,
-where z is DP-FedAvg's multiplier (standard deviation over clip, McMahan et al., ICLR 2018).
+clipped sum (the distance between neighbouring outputs) is Delta = 2 x clip, and one round without sampling is
+the Gaussian mechanism with Delta / sigma = 2 / z, where z is DP-FedAvg's multiplier (standard deviation over
+clip, McMahan et al., ICLR 2018).
+
+The events here give each Gaussian's noise multiplier as standard deviation over that distance (the update sum:
+z / 2), which is how dp-accounting's RDP reads it: RDP(alpha) = alpha / (2 s^2) whatever the relation. Its PLD
+under REPLACE_ONE reads it as standard deviation over *half* the distance (neighbours at -1 and +1, the
+per-record bound of ``GaussianDpEvent``'s docstring), so ``for_accountant`` doubles every Gaussian's multiplier
+for it; giving PLD z / 2 would count replace-one's factor 2 twice. Both readings are those of the dp-accounting
+pinned in ``pyproject.toml``; ``tests/test_privacy_accounting.py`` fails if either moves, and checks RDP against
+its closed form and PLD against the exact Gaussian mechanism (Balle and Wang, ICML 2018).
 
 Adaptive clipping (Andrew et al., NeurIPS 2021) also releases the noisy count of unclipped updates each round
-(sensitivity 1, noise ``count_noise``): the round's event composes both Gaussians, so a run that states z
-spends exactly z's budget (``update_noise`` splits it). Local DP: each device runs its own Gaussian mechanism
-in each round it takes part in, with no amplification by the server's sampling, which the server knows.
+(replace-one distance 1, noise ``count_noise``): the round's event composes both Gaussians, so a run that states
+z spends exactly z's budget (``update_noise`` splits it: 4 / z_Delta^2 + 1 / count_noise^2 = 4 / z^2). Local
+DP: each device runs its own Gaussian mechanism in each round it takes part in, with no amplification by the
+server's sampling, which the server knows.
+
+Each accountant carries a version (``ACCOUNTANT``), part of a private trial's identity: a change of its numbers
+bumps it, so that runs of the old accounting are stale rather than mixed with the new.
 """
 
 from __future__ import annotations
@@ -26,16 +39,37 @@ from dp_accounting.rdp import RdpAccountant
 
 from fedarena.errors import ConfigError
 from fedarena.privacy.mechanisms import ACCOUNTANTS
+from fedarena.registry import Registry
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 SENSITIVITY_PER_CLIP = 2.0  # replace-one: a clipped update moves by at most 2 x clip
 MAX_NOISE_MULTIPLIER = 1e4  # calibration searches z in (0, this]
+DEFAULT_DELTA = 1e-5  # at most; N^-1.1 where that is smaller (``default_delta``)
+# The factor that turns these events' Gaussian multipliers (noise std / the distance between neighbouring outputs)
+# into the accountant's reading: RDP reads them so; PLD under REPLACE_ONE reads std / half that distance (it puts
+# neighbours at -1 and +1), hence twice the multiplier
+READING = {"rdp": 1.0, "pld": 2.0}
+
+ACCOUNTANT: Registry = Registry("accountant")
+
+
+@ACCOUNTANT.register("rdp", version=1)
+def rdp_accountant() -> dp_accounting.PrivacyAccountant:
+    """dp-accounting's RDP accountant under replace-one (the default; as pfl-research and TFF report)."""
+    return RdpAccountant(neighboring_relation=REPLACE_ONE)
+
+
+@ACCOUNTANT.register("pld", version=2)  # v2: replace-one's factor 2 counted once (v1 counted it twice)
+def pld_accountant() -> dp_accounting.PrivacyAccountant:
+    """dp-accounting's PLD accountant under replace-one (no sampling without replacement)."""
+    return PLDAccountant(neighboring_relation=REPLACE_ONE)
 
 
 def default_delta(num_clients: int) -> float:
-    """delta for N devices when none is given: N^-1.1, below 1 / N as a meaningful delta must be (McMahan et
-    al. 2018's choice)."""
-    return float(num_clients) ** -1.1
+    """delta for N devices when none is given: 1e-5, or N^-1.1 where that is smaller (N above 35,000), so always
+    below 1 / N as a meaningful delta must be. (N^-1.1 alone, McMahan et al. 2018's choice for N in the
+    hundreds of thousands, is 0.079 at N = 10 and 0.024 at N = 30.)"""
+    return min(DEFAULT_DELTA, float(num_clients) ** -1.1)
 
 
 def update_noise(noise_multiplier: float, count_noise: float | None) -> float:
@@ -53,8 +87,9 @@ def update_noise(noise_multiplier: float, count_noise: float | None) -> float:
 
 
 def round_mechanism(noise_multiplier: float, count_noise: float | None) -> dp_accounting.DpEvent:
-    """One round's release in sensitivity units: the update sum (noise multiplier z_Delta / 2) and, with adaptive
-    clipping, the clipped count (count_noise); no noise at all is a non-private event (epsilon infinite)."""
+    """One round's release, each Gaussian's multiplier the noise over its replace-one distance: the update sum
+    (z_Delta / 2: distance 2 clip) and, with adaptive clipping, the clipped count (count_noise: distance 1); no
+    noise at all is a non-private event (epsilon infinite). An accountant reads it through ``for_accountant``."""
     if noise_multiplier == 0:
         return dp_accounting.NonPrivateDpEvent()
     update = dp_accounting.GaussianDpEvent(update_noise(noise_multiplier, count_noise) / SENSITIVITY_PER_CLIP)
@@ -81,11 +116,31 @@ def local_event(noise_multiplier: float, participations: int) -> dp_accounting.D
 
 def accountant(name: str) -> dp_accounting.PrivacyAccountant:
     """A fresh accountant of ``name`` (rdp | pld) under replace-one adjacency."""
-    if name == "rdp":
-        return RdpAccountant(neighboring_relation=REPLACE_ONE)
-    if name == "pld":
-        return PLDAccountant(neighboring_relation=REPLACE_ONE)
-    raise ConfigError(f"privacy accountant must be one of {', '.join(ACCOUNTANTS)}; got {name!r}")
+    if name not in ACCOUNTANT:
+        raise ConfigError(f"privacy accountant must be one of {', '.join(ACCOUNTANTS)}; got {name!r}")
+    return ACCOUNTANT.get(name)()
+
+
+def for_accountant(name: str, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+    """``event`` as accountant ``name`` reads it: every Gaussian's multiplier times ``READING[name]`` (PLD under
+    REPLACE_ONE: doubled, see the module's docstring)."""
+    scale = READING[name]
+    return event if scale == 1.0 else _scaled(event, scale)
+
+
+def _scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent:
+    if isinstance(event, dp_accounting.GaussianDpEvent):
+        return dp_accounting.GaussianDpEvent(event.noise_multiplier * scale)
+    if isinstance(event, dp_accounting.ComposedDpEvent):
+        return dp_accounting.ComposedDpEvent([_scaled(e, scale) for e in event.events])
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        return dp_accounting.SelfComposedDpEvent(_scaled(event.event, scale), event.count)
+    if isinstance(event, dp_accounting.SampledWithoutReplacementDpEvent):
+        return dp_accounting.SampledWithoutReplacementDpEvent(event.source_dataset_size, event.sample_size,
+                                                              _scaled(event.event, scale))
+    if isinstance(event, (dp_accounting.NonPrivateDpEvent, dp_accounting.NoOpDpEvent)):
+        return event
+    raise TypeError(f"no reading of {type(event).__name__} for another accountant")  # fedarena makes none
 
 
 def check_supported(name: str, event: dp_accounting.DpEvent) -> None:
@@ -104,7 +159,7 @@ def _inner(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
 def epsilon(name: str, event: dp_accounting.DpEvent, delta: float) -> float:
     """The event's epsilon at ``delta`` (infinity for a non-private event)."""
     acc = accountant(name)
-    acc.compose(event)
+    acc.compose(for_accountant(name, event))
     return float(acc.get_epsilon(delta))
 
 
@@ -149,7 +204,8 @@ def calibrate(name: str, target_epsilon: float, delta: float, make: tuple) -> fl
     else:
         bracket = mechanism_calibration.ExplicitBracketInterval(1e-6, upper)
     return float(mechanism_calibration.calibrate_dp_mechanism(
-        lambda: accountant(name), event, target_epsilon, delta, bracket, tol=1e-7))
+        lambda: accountant(name), lambda z: for_accountant(name, event(z)), target_epsilon, delta, bracket,
+        tol=1e-7))
 
 
 def _rounds(make: tuple) -> str:

@@ -13,19 +13,28 @@ Order in a round (``simulation.engine.run_round``):
    (``AggregatorEntry.sensitivity``): for the mean 2 / n, i.e. DP-FedAvg's noise ``z clip`` on the sum divided
    by n. So every rule spends the same budget at the same z; a rule that moves more per update gets more
    noise. With adaptive clipping the bound of the next round follows the noisy count of unclipped updates.
+
+What the noise covers: under local DP what the devices send (each update noised before it leaves its device), and
+whatever is computed from it (post-processing, an attacker's reading of the honest updates too); under central DP one
+device's clipped update, as far as the rule's sensitivity says it moves the output. So a component that reads anything
+else (``READS``: the devices' training losses, their raw data; under central DP an attack that reads the honest
+updates, which moves the attackers' rows with an honest device's) is refused before training, as it declares it
+(``device_reads`` of a method, an aggregator or pre-aggregator entry, an attack's registration).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from fedarena.attacks.base import ATTACKS, READS_ATTRIBUTE, UNDECLARED, attack_reads
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.base import AGGREGATORS
+from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import Aggregator
-from fedarena.methods.base import Method
+from fedarena.methods.base import METHODS, Method
 from fedarena.privacy import accounting
 from fedarena.privacy.mechanisms import PrivacySpec
 from fedarena.privacy.noise import clip_rows, gaussian, local_privatize, next_clip, unclipped_count
@@ -33,11 +42,28 @@ from fedarena.privacy.noise import clip_rows, gaussian, local_privatize, next_cl
 CLIP_STATE = "dp_clip"  # the adaptive bound, in the server's state (``SimState.server``)
 COUNT_NOISE_SHARE = 20  # count_noise null: clients_per_round / 20 (Andrew et al. 2021)
 
+# What a component may declare it reads besides the updates the devices send (``device_reads``), and which mechanism's
+# noise covers each: local DP covers what is computed from the noised updates (an attack reading the honest ones
+# too), central DP only one clipped update through the rule's sensitivity. A name not here is covered by neither.
+READS = {
+    "losses": "each device's training loss at the global model, computed on its data without noise",
+    "device_data": "raw training data of the devices",
+    "honest_updates": "the honest devices' updates of the round",
+    UNDECLARED: "values it does not declare (register it with attack(name, device_reads=...))",
+}
+COVERED = {"local": frozenset({"honest_updates"}), "central": frozenset()}
+COVERS = {"local": "but local DP's noise covers only what the devices send (each update, noised on its device)",
+          "central": "but central DP's noise covers only one device's clipped update, as far as the rule's "
+                     "sensitivity says it moves the output"}
 
-def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggregator | None) -> None:
+
+def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggregator | None,
+                  attack: dict | None = None) -> None:
     """The checks that need no data: DP needs uniform sampling, a method with a global model that averages the
-    updates, and (central) a rule of known sensitivity without pre-aggregators; secure aggregation needs a rule
-    that reads only the sum. One line each, naming what is allowed."""
+    updates, components that read nothing the noise does not cover (``READS``: the method, the rule and its
+    pre-aggregators, the ``attack`` section's attack), and (central) a rule of known sensitivity without
+    pre-aggregators; secure aggregation needs a rule that reads only the sum. One line each, naming what is
+    allowed."""
     where = f"privacy {spec.name!r}"
     if spec.private and sampling != "uniform":
         raise ConfigError(f"{where} needs sampling: uniform (a fixed number of devices drawn uniformly without "
@@ -46,14 +72,23 @@ def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggreg
         raise ConfigError(f"{where}: method {method.name!r} has no global aggregation, so nothing leaves a device "
                           f"to privatize; leave privacy at none")
     if spec.central and method.reweights_clients:
+        local = "" if uncovered(PrivacySpec("local"), method_reads(method)) else " or use privacy local"
         raise ConfigError(f"{where}: method {method.name!r} weights the devices by their losses or updates, which "
                           f"DP-FedAvg's noise does not cover; central DP composes with methods that average the "
-                          f"updates (global, ditto, finetuning, fedprox, ...) or use privacy local")
+                          f"updates (global, ditto, finetuning, fedprox, ...){local}")
+    if spec.private and uncovered(spec, method_reads(method)):
+        raise ConfigError(f"{where}: method {method.name!r} reads {_what(uncovered(spec, method_reads(method)))}, "
+                          f"{COVERS[spec.name]}; {spec.name} DP composes with methods that read only the "
+                          f"updates: {', '.join(private_methods(spec))}")
     if spec.adaptive and spec.secure_aggregation:
         raise ConfigError(f"{where}: adaptive clipping under secure aggregation is not modelled (the devices would "
                           f"count the unclipped updates securely too); use a fixed clip or drop secure_aggregation")
+    if attack is not None:
+        check_attack_privacy(spec, attack)
     if rule is None:
         return
+    if spec.private:
+        _check_rule_reads(spec, where, rule)
     if spec.central:
         _check_central_rule(where, rule)
     if spec.local and rule.entry.excludes:
@@ -65,19 +100,108 @@ def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggreg
                           f"secure_aggregation the server rule must need only their sum: {', '.join(sum_rules())}")
 
 
+def method_reads(method: Method | type[Method]) -> tuple[str, ...]:
+    """What a method (or its class) declares it reads besides the updates: its ``device_reads``, and "losses" where
+    it ``needs_losses``."""
+    return tuple(dict.fromkeys((*method.device_reads, *(("losses",) if method.needs_losses else ()))))
+
+
+def uncovered(spec: PrivacySpec, reads: tuple[str, ...]) -> list[str]:
+    """The reads that ``spec``'s mechanism does not cover (none without DP)."""
+    return [name for name in reads if name not in COVERED[spec.name]] if spec.private else []
+
+
+def _what(reads: list[str]) -> str:
+    return " and ".join(READS.get(name, f"{name!r} (no DP mechanism covers it)") for name in reads)
+
+
+def private_methods(spec: PrivacySpec) -> list[str]:
+    """The methods ``spec`` composes with as far as what they read goes (a global aggregation reading nothing
+    uncovered; central DP also refuses reweighting, which a class's ``reweights_clients`` property may decide)."""
+    out = []
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        reweights = spec.central and cls.reweights_clients is True
+        if cls.uses_aggregator and not uncovered(spec, method_reads(cls)) and not reweights:
+            out.append(name)
+    return out
+
+
+def check_attack_privacy(spec: PrivacySpec, attack: dict) -> None:
+    """Refuse, in one line, an attack (its section: name, level, hyperparameters) whose declared reads ``spec``'s
+    noise does not cover: under central DP one that reads the honest updates (it runs before the server clips, so one
+    honest device moves the attackers' rows too, beyond the rule's sensitivity), under both one that reads the
+    devices' raw data or declares nothing."""
+    missing = uncovered(spec, attack_reads(attack))
+    if not missing:
+        return
+    name = attack["name"]
+    options = _declaring_options(name, attack)
+    shown = f"attack {name!r}" + (f" ({options})" if options else "")
+    why = ""
+    if "honest_updates" in missing:
+        why = (" (it runs before the server clips: one honest device then moves the attackers' rows too, beyond the "
+               "rule's sensitivity)")
+    local = PrivacySpec("local")
+    other = "; or use privacy local (the attack then reads noised updates)" if (
+        spec.central and not uncovered(local, attack_reads(attack))) else ""
+    raise ConfigError(f"privacy {spec.name!r}: {shown} reads {_what(missing)}{why}, {COVERS[spec.name]}; "
+                      f"{spec.name} DP composes with attacks that read only the attackers' own data and updates"
+                      f"{' and the noised updates' if spec.local else ''}: {private_attacks(spec)}{other}")
+
+
+def _declaring_options(name: str, section: dict) -> str:
+    """The hyperparameters an attack's declaration depends on, as set (``knowledge: benign``)."""
+    declared = getattr(ATTACKS.get(name), READS_ATTRIBUTE, None)
+    if not callable(declared):
+        return ""
+    keys = [p for p in inspect.signature(declared).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    return ", ".join(f"{p.name}: {section.get(p.name, p.default)}" for p in keys)
+
+
+def private_attacks(spec: PrivacySpec) -> str:
+    """The attacks ``spec`` composes with at their defaults, and those whose reads depend on their options."""
+    fixed, optional = [], []
+    for name in ATTACKS.names():
+        declared = getattr(ATTACKS.get(name), READS_ATTRIBUTE, None)
+        if not uncovered(spec, attack_reads({"name": name})):
+            fixed.append(name)
+        elif callable(declared):
+            keys = [p.name for p in inspect.signature(declared).parameters.values() if p.kind is p.KEYWORD_ONLY]
+            optional.append(f"{name} (as its {', '.join(keys)} says)")
+    return ", ".join(fixed + optional)
+
+
+def _check_rule_reads(spec: PrivacySpec, where: str, rule: Aggregator) -> None:
+    missing = uncovered(spec, rule.entry.device_reads)
+    if missing:
+        allowed = (f"central DP composes with {', '.join(dp_rules())}" if spec.central else
+                   f"local DP composes with every rule that reads only the updates (all but "
+                   f"{', '.join(n for n in AGGREGATORS.names() if uncovered(spec, AGGREGATORS.get(n).device_reads))})")
+        raise ConfigError(f"{where}: aggregator {rule.name!r} reads {_what(missing)}, {COVERS[spec.name]}; "
+                          f"{allowed}")
+    for name in rule.pre:
+        missing = uncovered(spec, PRE_AGGREGATORS.get(name).device_reads)
+        if missing:
+            raise ConfigError(f"{where}: pre-aggregator {name!r} reads {_what(missing)}, {COVERS[spec.name]}; "
+                              f"drop it from aggregator.pre")
+
+
 def _check_central_rule(where: str, rule: Aggregator) -> None:
     if rule.entry.sensitivity is None:
         raise ConfigError(f"{where}: aggregator {rule.name!r} has no known sensitivity to one device's update, so "
                           f"no noise can be calibrated to it; central DP composes with {', '.join(dp_rules())}, "
-                          f"or use privacy local, which composes with every rule")
+                          f"or use privacy local, which composes with every rule that reads only the updates and "
+                          f"removes no device")
     if rule.pre:
         raise ConfigError(f"{where}: pre-aggregator {rule.pre[0]!r} couples the updates before the rule, which "
                           f"the rule's sensitivity does not cover; drop aggregator.pre under central DP")
 
 
 def dp_rules() -> list[str]:
-    """The aggregators central DP composes with (a known sensitivity)."""
-    return [name for name in AGGREGATORS.names() if AGGREGATORS.get(name).sensitivity is not None]
+    """The aggregators central DP composes with (a known sensitivity, reading nothing but the updates)."""
+    return [name for name in AGGREGATORS.names()
+            if AGGREGATORS.get(name).sensitivity is not None and not AGGREGATORS.get(name).device_reads]
 
 
 def sum_rules() -> list[str]:
@@ -158,7 +282,7 @@ class CentralRule:
         bound = plan.bound_now(self.server)
         rows = updates if spec.secure_aggregation else clip_rows(updates, bound)
         out = self.rule(rows, torch.ones_like(weights), losses)
-        sensitivity = self.rule.entry.sensitivity(updates.shape[0], self.rule.f, **self.rule.params)
+        sensitivity = self.rule.entry.sensitivity_at(updates.shape[0], self.rule.f, bound, **self.rule.params)
         z = accounting.update_noise(plan.noise_multiplier, plan.count_noise)
         std = z * bound * sensitivity / accounting.SENSITIVITY_PER_CLIP
         out = out + gaussian(out, std, self.noise)

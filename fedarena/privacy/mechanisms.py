@@ -10,8 +10,9 @@ whose keyword-only arguments are the section's keys (checked like every other se
   ``noise_multiplier * clip`` before sending it; the server runs any rule on what it receives.
 
 Give ``noise_multiplier`` or ``target_epsilon`` (the multiplier is then calibrated before training). ``delta``
-null is N^-1.1 for N devices (``accounting.default_delta``). ``secure_aggregation``: the server sees only the sum of
-the updates, so a rule that needs each one is refused (``fedarena.privacy.plan``).
+null is 1e-5, or N^-1.1 for N devices where that is smaller (``accounting.default_delta``).
+``secure_aggregation``: the server sees only the sum of the updates, so a rule that needs each one is refused
+(``fedarena.privacy.plan``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
 NONE = "none"
-ACCOUNTANTS = ("rdp", "pld")  # dp-accounting's RDP (default, as pfl-research and TFF report) and PLD
+ACCOUNTANTS = ("rdp", "pld")  # dp-accounting's RDP (default, as pfl-research and TFF report) and PLD (versioned:
+# ``accounting.ACCOUNTANT``)
 DEFAULT_SECTION = {"name": NONE}
 
 
@@ -68,7 +70,8 @@ def no_privacy(*, secure_aggregation: bool = False) -> PrivacySpec:
     return PrivacySpec(secure_aggregation=secure_aggregation)
 
 
-@PRIVACY.register("central")
+# v2 (central, local): delta null is min(1e-5, N^-1.1), not N^-1.1: the epsilon reported and a calibrated z move
+@PRIVACY.register("central", version=2)
 def central_dp(*, noise_multiplier: float | None = None, target_epsilon: float | None = None, clip: float = 1.0,
                delta: float | None = None, accountant: str = "rdp", adaptive: bool = False,
                target_quantile: float = 0.5, clip_lr: float = 0.2, count_noise: float | None = None,
@@ -81,7 +84,7 @@ def central_dp(*, noise_multiplier: float | None = None, target_epsilon: float |
     return checked(spec)
 
 
-@PRIVACY.register("local")
+@PRIVACY.register("local", version=2)
 def local_dp(*, noise_multiplier: float | None = None, target_epsilon: float | None = None, clip: float = 1.0,
              delta: float | None = None, accountant: str = "rdp", secure_aggregation: bool = False) -> PrivacySpec:
     """Local DP: each device clips its update to ``clip`` and adds Gaussian noise before sending it."""
@@ -103,7 +106,8 @@ def checked(spec: PrivacySpec) -> PrivacySpec:
     if not 0 < spec.clip < math.inf:
         raise ConfigError(f"{where}: clip (the L2 bound of an update) must be a finite number > 0, got {spec.clip!r}")
     if spec.delta is not None and not 0 < spec.delta < 1:
-        raise ConfigError(f"{where}: delta must be in (0, 1) (null: N^-1.1 for N devices), got {spec.delta!r}")
+        raise ConfigError(f"{where}: delta must be in (0, 1) (null: 1e-5, or N^-1.1 for N devices where smaller), "
+                          f"got {spec.delta!r}")
     if spec.accountant not in ACCOUNTANTS:
         raise ConfigError(f"{where}: accountant must be one of {', '.join(ACCOUNTANTS)}, got {spec.accountant!r}")
     if not 0 < spec.target_quantile < 1:

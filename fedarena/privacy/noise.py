@@ -9,10 +9,21 @@ import torch
 
 
 def clip_rows(updates: torch.Tensor, bound: float) -> torch.Tensor:
-    """Each row scaled to L2 norm at most ``bound``: u * min(1, bound / ||u||) (a zero row stays zero)."""
+    """Each row scaled to L2 norm at most ``bound``: u * min(1, bound / ||u||) (a zero row stays zero), a row with
+    a non-finite entry zeroed first (TFF's zeroing): every round then releases the mechanism's output, and
+    whether a round is kept never depends on one device's value."""
+    updates = zero_non_finite(updates)
     norms = updates.norm(dim=1)
     factors = torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(updates.dtype).tiny), 1.0)
     return updates * factors.to(updates.dtype)[:, None]
+
+
+def zero_non_finite(updates: torch.Tensor) -> torch.Tensor:
+    """``updates`` [n, d] with every row that holds a NaN or an infinity replaced by zeros (the rows as they are,
+    no copy, where all are finite: the usual case costs one reduction)."""
+    if math.isfinite(float(updates.sum())):  # a NaN or an infinity anywhere makes the sum non-finite
+        return updates
+    return torch.where(torch.isfinite(updates).all(dim=1, keepdim=True), updates, torch.zeros_like(updates))
 
 
 def gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
@@ -30,8 +41,9 @@ def local_privatize(updates: torch.Tensor, clip: float, noise_multiplier: float,
 
 
 def unclipped_count(updates: torch.Tensor, bound: float) -> int:
-    """How many rows have L2 norm at most ``bound`` (the bits b_i of adaptive clipping)."""
-    return int((updates.norm(dim=1) <= bound).sum())
+    """How many rows have L2 norm at most ``bound`` (the bits b_i of adaptive clipping; a non-finite row counts
+    as the zero row it is clipped to)."""
+    return int((zero_non_finite(updates).norm(dim=1) <= bound).sum())
 
 
 def next_clip(bound: float, unclipped: int, n: int, target_quantile: float, clip_lr: float, count_noise: float,

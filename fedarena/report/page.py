@@ -32,7 +32,8 @@ CAPTIONS = {
     "tuning": "Tuning (fedarena tune): per row, the best worst-case benign validation accuracy among the "
               "configurations drawn so far; every row had the same budget.",
     "privacy": "Privacy vs accuracy: benign test accuracy (solid) and the worst 10% of devices' (dashed) against the "
-               "epsilon spent (log scale; ∞: clipped without noise; no DP); dotted: a method that shares nothing.",
+               "epsilon spent, at the delta its axis names (log scale; ∞: clipped without noise; no DP); dotted: a "
+               "method that shares nothing.",
 }
 
 

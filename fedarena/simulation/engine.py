@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from fedarena.attacks.base import AttackView, RoundRule
+from fedarena.attacks.bounds import checked_corrupt
 from fedarena.methods.aggregators import EXCLUDED, Aggregator, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.simulation.costs import CostMeter
@@ -139,6 +140,8 @@ def _round_data(trial: Trial, ids: np.ndarray, round_idx: int, attack: dict | No
         return trial.train
     if effect.adapt is not None:
         corrupt = partial(corrupt, state=attack or {})
+    if trial.stamp_check is not None:
+        corrupt = checked_corrupt(corrupt, trial.stamp_check)
     return trial.train.with_rows_replaced(ids, corrupt, trial.threat.malicious,
                                           torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
 
@@ -272,7 +275,9 @@ def run_round(trial: Trial, state: SimState) -> SimState:
         rule = trial.privacy.server_rule(aggregate, server, _privacy_stream(trial, t, SERVER_NOISE),
                                          _privacy_stream(trial, t, COUNT_NOISE, device="cpu"))
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
-    finite = _all_finite(w_new) and _rows_finite(clients, rows)
+    # under DP only the released model decides (its clipping zeroed non-finite updates): a device's own tables
+    # never leave it, so they cannot drop a round
+    finite = _all_finite(w_new) and (trial.privacy is not None or _rows_finite(clients, rows))
     if not finite:  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history,
@@ -348,8 +353,8 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
     val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes, key=keys[1])
     metrics = compute_metrics(counts, trial.threat.malicious, state.diverged, val)
     certify = trial.aggregate.entry.certify if trial.aggregate is not None else None
-    if certify is not None:  # a certified defense's guarantee for the evaluated global model (CRFL)
-        metrics.update(certify(trial, state.w, state.round, **trial.aggregate.params))
+    if certify is not None:  # a certified defense's guarantee, from the run's state (CRFL: its pre-noise model)
+        metrics.update(certify(trial, state, **trial.aggregate.params))
     return counts, metrics
 
 
@@ -358,7 +363,10 @@ def _triggered(trial: Trial, state: SimState) -> Pooled:
     restamp = trial.threat.effect.backdoor.restamp
     if restamp is None:
         return trial.backdoor_test
-    return replace(trial.backdoor_test, x=restamp(trial.backdoor_test.x, state.attack))
+    stamped = restamp(trial.backdoor_test.x, state.attack)
+    if trial.test_stamp_check is not None:
+        trial.test_stamp_check(trial.backdoor_test.x, stamped)
+    return replace(trial.backdoor_test, x=stamped)
 
 
 def _no_phase(name: str):

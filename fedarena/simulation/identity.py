@@ -10,7 +10,8 @@ Two parts (``docs/semantics.md``, "Identity"):
   with a default that keeps the numbers therefore leaves every identity as it was. Where the data files
   live (``dataset.data_dir``) is no part of it: the run's ``dataset_fingerprint`` records what was read.
 - ``versions``: ``"kind/name" -> version`` of every component the trial uses (dataset and its partitioner,
-  model, method, attack, aggregator and pre-aggregators, every metric) and of the engine.
+  model, method, attack, aggregator and pre-aggregators, every metric) and of the engine; a private trial
+  (central or local DP) adds its privacy mechanism's and its accountant's (``accountant/rdp``).
 
 ``config_hash`` hashes both (the run's identity in the store); ``config_key`` hashes the values alone (the
 same trial at other versions: a finished run with the key but not the hash is stale); ``cell_hash`` is
@@ -31,6 +32,8 @@ from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import expected_malicious, pre_names
 from fedarena.params import TrialFacts, hyperparameters
+from fedarena.privacy.accounting import ACCOUNTANT
+from fedarena.privacy.mechanisms import NONE as NO_PRIVACY
 from fedarena.sections import KINDS, resolve_config
 from fedarena.simulation.engine import ENGINE_VERSION
 from fedarena.simulation.metrics import METRICS
@@ -138,6 +141,9 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
             continue
         name = getattr(cfg, section)["name"]
         versions[f"{section}/{name}"] = kind.registry.version(name)
+    if not cfg.privacy_is_default() and cfg.privacy["name"] != NO_PRIVACY:  # the accountant of its epsilon
+        name = cfg.privacy.get("accountant", "rdp")
+        versions[f"accountant/{name}"] = ACCOUNTANT.version(name)
     for pre in pre_names(cfg.aggregator):
         versions[f"pre_aggregator/{pre}"] = PRE_AGGREGATORS.version(pre)
     partition = cfg.dataset.get(PARTITION_KEY)
@@ -172,7 +178,7 @@ def registered_version(key: str) -> int | str | None:
         return ENGINE_VERSION
     kind, _, name = key.partition("/")
     registry = {**{k: v.registry for k, v in KINDS.items()}, "pre_aggregator": PRE_AGGREGATORS,
-                "partitioner": PARTITIONERS, "metric": METRICS}.get(kind)
+                "partitioner": PARTITIONERS, "metric": METRICS, "accountant": ACCOUNTANT}.get(kind)
     if registry is None or name not in registry:
         return None
     return registry.version(name)

@@ -1,8 +1,8 @@
 """The server's probe of the clients' models (DeepSight): the models' class probabilities on fixed random inputs,
 and the output layer's part of an update.
 
-The inputs are ``seeds`` sets of uniform noise between a black and a white pixel's value in the model's input units
-(the range of a valid image; the dataset's own normalisation), drawn once per trial from the stream AGGREGATE under
+The inputs are ``seeds`` sets of uniform noise between a black and a white pixel's value in the model's input units,
+pixel by pixel (the valid box of an image under the dataset's own normalisation, ``datasets.pixels``), drawn once per trial from the stream AGGREGATE under
 the key ``NOISE_INPUTS`` + the set's index, and kept: every round probes the same inputs, as DeepSight's server does.
 """
 
@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedarena.attacks.a3fl import black_value
-from fedarena.attacks.backdoor import white_value
 from fedarena.datasets import FederatedDataset
+from fedarena.datasets.pixels import check_varying, valid_box
 from fedarena.errors import ConfigError
 from fedarena.models import FlatModel
 from fedarena.simulation.streams import AGGREGATE, torch_stream
@@ -28,8 +27,8 @@ BATCH = 4096  # inputs per forward pass
 class Probe:
     model: FlatModel
     shape: tuple
-    low: float
-    high: float
+    low: torch.Tensor  # [D]: a black pixel's value, pixel by pixel
+    high: torch.Tensor  # [D]: a white pixel's
     seed: int
     device: torch.device
     _inputs: dict = field(default_factory=dict)
@@ -46,7 +45,9 @@ class Probe:
             raise ConfigError(f"aggregator {rule!r} reads the output layer's weight [{classes}, inputs] and bias "
                               f"[{classes}], the model's last two parameters; this model's end in "
                               f"{[tuple(s) for s in model.shapes[-2:]]}")
-        return cls(model, tuple(dataset.input_shape), black_value(dataset), white_value(dataset), seed, device)
+        check_varying(dataset, f"aggregator {rule!r}'s probe of uniform noise images")
+        low, high = (bound.reshape(-1) for bound in valid_box(dataset))
+        return cls(model, tuple(dataset.input_shape), low, high, seed, device)
 
     def inputs(self, index: int, samples: int) -> torch.Tensor:
         """The ``index``-th noise set [samples, *shape] (drawn once, then kept)."""

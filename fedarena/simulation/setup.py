@@ -14,6 +14,7 @@ import torch
 
 from fedarena.attacks import ThreatModel
 from fedarena.attacks.base import check_benign_in_every_round, threat_from
+from fedarena.attacks.bounds import StampCheck
 from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.datasets import FederatedDataset
 from fedarena.datasets.catalog import dataset_from
@@ -26,9 +27,10 @@ from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.ahead import RoundsAhead
-from fedarena.simulation.data import Pooled, most_participation
+from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.probe import Probe
+from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
 from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
 
 ROOT_SET = 2**31 - 1  # key of the root set's draw in the stream AGGREGATE (whose other keys are rounds)
@@ -58,6 +60,14 @@ class Trial:
     privacy: PrivacyPlan | None = None  # differential privacy's mechanism (None: none)
     probe: Probe | None = None  # the server's probe of the models, for a rule that ``needs_probe`` (DeepSight)
     ahead: RoundsAhead | None = None  # the next rounds' draws and plans, computed several at a time (a cache)
+    stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
+    test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
+
+    def local_steps(self) -> np.ndarray:
+        """The local SGD steps each device with training data runs in a round it is drawn in, as the engine plans
+        them (``data.plan_schedule``; CRFL's tau)."""
+        sizes = self.train.sizes[self.train.sizes > 0]  # a device without data never steps
+        return plan_schedule(sizes, self.cfg.local_steps, self.cfg.local_epochs, self.cfg.batch_size)[3]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -82,6 +92,8 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     method, threat, aggregate, needs_losses, privacy = assemble(cfg, dataset)
     model, w0 = build_trial_model(cfg, dataset, device)
     poisoned = threat.effect.dataset
+    stamp_check, test_stamp_check = stamp_checks(threat.name, threat.effect.bound, dataset)
+    check_set_up_stamps(stamp_check, test_stamp_check, threat.effect, dataset)
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
     weights = aggregation_weights(cfg.sampling, poisoned.train_sizes(), privacy is not None)
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
@@ -89,7 +101,8 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
                  *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
                  privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device),
                  ahead=RoundsAhead(pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps,
-                                   cfg.local_epochs, cfg.batch_size))
+                                   cfg.local_epochs, cfg.batch_size), stamp_check=stamp_check,
+                 test_stamp_check=test_stamp_check)
 
 
 def server_probe(cfg: ResolvedConfig, aggregate, model: FlatModel, dataset: FederatedDataset,
@@ -148,7 +161,7 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
     spec = privacy_from(cfg.privacy)
-    check_privacy(spec, cfg.sampling, method, aggregate)
+    check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
     sizes = dataset.train_sizes()
     most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds) if spec.local else None
     return method, threat, aggregate, needs_losses, privacy_plan(spec, len(sizes), cfg.clients_per_round, cfg.rounds,

@@ -47,9 +47,10 @@ class AggregatorEntry:
     # selects(updates, *, f, [round,] **hyperparameters) -> the indices of the rows a selection rule keeps (Krum,
     # multi-Krum, Bulyan): what an attack tailored to the rule checks; None for a rule that selects no rows
     selects: Callable[..., torch.Tensor] | None = None
-    # sensitivity(n, f, **hyperparameters) -> how far the rule's output moves, in units of the clip bound, when one of n updates
-    # clipped to that bound is replaced by another (replace-one adjacency): central DP scales its noise to it
-    # (``fedarena.privacy``); None: not known, so the rule is refused under central DP
+    # sensitivity(n, f, [bound], **hyperparameters) -> how far the rule's output moves, in units of the clip bound, when
+    # one of n updates clipped to that bound is replaced by another (replace-one adjacency): central DP scales its
+    # noise to it (``fedarena.privacy``; ``sensitivity_at`` passes the round's bound to a function that declares it);
+    # None: not known, so the rule is refused under central DP
     sensitivity: Callable[..., float] | None = None
     # whether the rule needs only the sum of the updates, which secure aggregation reveals (the mean), rather than
     # each update (Krum, the median); a callable of the rule's hyperparameters where they decide it
@@ -57,14 +58,34 @@ class AggregatorEntry:
     # whether the rule keeps state per client across rounds (FoolsGold's history, keyed by ``round.ids``): it
     # cannot follow a pre-aggregator that merges clients' rows (bucketing)
     per_client: bool = False
-    # certify(trial, w, rounds_done, **hyperparameters) -> run properties of the evaluated global model w (CRFL's
-    # certified radius); None: the rule certifies nothing
+    # certify(trial, state, **hyperparameters) -> run properties from the run's state (CRFL: the certified radius of
+    # its pre-noise model); None: the rule certifies nothing
     certify: Callable[..., dict] | None = None
     # whether the rule may remove clients from the federation (``server[EXCLUDED]``, FLDetector): the engine stops
     # drawing them, so no one knows before the run how often a device takes part (local DP's accounting needs it)
     excludes: bool = False
     # reads ``round.probe``, the server's probe of the models on fixed random inputs (engine-made: DeepSight)
     needs_probe: bool = False
+    # what the rule reads from the devices besides the update each sends (``fedarena.privacy.dp_trial.READS``): the
+    # entry adds "losses" where it ``needs_losses`` (each device's training loss, computed on its data without
+    # noise) and "device_data" where it ``needs_root`` (FLTrust's root set: raw training samples of the devices);
+    # DP refuses a rule that reads anything its noise does not cover
+    device_reads: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        derived = (("losses",) if self.needs_losses else ()) + (("device_data",) if self.needs_root else ())
+        object.__setattr__(self, "device_reads", tuple(dict.fromkeys((*self.device_reads, *derived))))
+
+    @cached_property
+    def _sensitivity_reads_bound(self) -> bool:
+        return self.sensitivity is not None and "bound" in inspect.signature(self.sensitivity).parameters
+
+    def sensitivity_at(self, n: int, f: int, bound: float, **params) -> float:
+        """``sensitivity`` for n updates clipped to ``bound`` (the round's clip bound, given to a sensitivity function
+        that declares a ``bound`` keyword: a rule whose own bound may lie inside the clip, norm bounding's fixed
+        max_norm)."""
+        extra = {"bound": bound} if self._sensitivity_reads_bound else {}
+        return self.sensitivity(n, f, **extra, **params)
 
     def needs_each_update(self, **params) -> bool:
         """Whether the rule reads the individual updates with these hyperparameters (secure aggregation hides
@@ -130,6 +151,8 @@ class PreAggregatorEntry:
     check: Callable[..., None] | None = None
     rows: Callable[..., int] | None = None
     members: Callable[..., list[torch.Tensor]] | None = None
+    # what it reads from the devices besides the update each sends (as ``AggregatorEntry.device_reads``)
+    device_reads: tuple[str, ...] = ()
 
     def __call__(self, updates: torch.Tensor, *, f: int = 0, round: RoundDraw | None = None,
                  **options) -> torch.Tensor:
@@ -157,13 +180,14 @@ PRE_AGGREGATORS: Registry[PreAggregatorEntry] = Registry("pre-aggregator")
 
 
 def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | None = None,
-                   rows: Callable[..., int] | None = None, members: Callable[..., list[torch.Tensor]] | None = None):
+                   rows: Callable[..., int] | None = None, members: Callable[..., list[torch.Tensor]] | None = None,
+                   device_reads: tuple[str, ...] = ()):
     """Register ``fn(updates [n, d], *, [f], [round], **options) -> [m, d]`` as pre-aggregator ``name``
     (``aggregator: {pre: [name, {name: other, option: value}]}``): its options are its other keyword-only
     parameters, with their defaults; see ``PreAggregatorEntry``."""
 
     def decorator(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        PRE_AGGREGATORS.add(name, PreAggregatorEntry(fn, check, rows, members), version=version)
+        PRE_AGGREGATORS.add(name, PreAggregatorEntry(fn, check, rows, members, tuple(device_reads)), version=version)
         return fn
 
     return decorator
@@ -199,18 +223,20 @@ def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = Fa
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
                per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None,
-               excludes: bool = False, needs_probe: bool = False):
+               excludes: bool = False, needs_probe: bool = False, device_reads: tuple[str, ...] = ()):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
     (bump it with any change of its numbers), the values its null hyperparameters stand for
     (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
     sensitivity to one clipped update (``sensitivity``, central DP) and whether it needs only the updates' sum
     (``sum_only``, secure aggregation; default: it needs each update) and the search space of its hyperparameters
-    (``search``, what ``fedarena tune`` explores) and whether it removes clients (``excludes``)."""
+    (``search``, what ``fedarena tune`` explores), whether it removes clients (``excludes``) and what else it reads
+    from the devices besides their updates (``device_reads``; losses and a root set are added from
+    ``needs_losses`` and ``needs_root``)."""
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
                                               uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
-                                              per_client, certify, excludes, needs_probe),
+                                              per_client, certify, excludes, needs_probe, tuple(device_reads)),
                         version=version, effective=effective, search=search)
         return fn
 

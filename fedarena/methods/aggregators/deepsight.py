@@ -110,7 +110,7 @@ def accepted_rows(neups: np.ndarray, exceedings: np.ndarray, ddifs: np.ndarray, 
     return accepted
 
 
-@aggregator("deepsight", check=check_deepsight, needs_round=True, needs_probe=True)
+@aggregator("deepsight", check=check_deepsight, needs_round=True, needs_probe=True, version=2)
 def deepsight(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, seeds: int = 3,
               samples: int = 20000, tau: float = 1 / 3, threshold: float = 0.01,
               round: RoundDraw | None = None) -> torch.Tensor:

@@ -17,7 +17,7 @@ def check_fltrust(n: int, f: int, *, root_size: int = 100) -> None:
                           f"got {root_size!r}")
 
 
-@aggregator("fltrust", check=check_fltrust, needs_round=True, needs_root=True)
+@aggregator("fltrust", check=check_fltrust, needs_round=True, needs_root=True, device_reads=("device_data",))
 def fltrust(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, root_size: int = 100,
     round: RoundDraw | None = None,
