@@ -174,7 +174,7 @@ def parse_value(text: str) -> Any:
     """A ``--set`` value: YAML scalars and lists (``0.1``, ``true``, ``[1, 2]``), else the raw string."""
     try:
         return load_yaml(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a number PyYAML cannot convert ('._e5')
         return text
 
 

@@ -1,4 +1,4 @@
-"""Benchmark suites: YAML files (``fedarena/suites/*.yaml``, loaded with ``yaml.safe_load``).
+"""Benchmark suites: YAML files (``fedarena/suites/*.yaml``, loaded with ``config.load_yaml``: YAML's safe loader, ``1e-5`` a number).
 
 A suite names the axes of a grid and its three scales. A *patch* is a partial experiment config (any
 ``ExperimentConfig`` key but ``seed`` and ``device``; a section with a ``name`` replaces that section,

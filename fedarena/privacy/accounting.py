@@ -92,10 +92,13 @@ def round_mechanism(noise_multiplier: float, count_noise: float | None) -> dp_ac
     noise at all is a non-private event (epsilon infinite). An accountant reads it through ``for_accountant``."""
     if noise_multiplier == 0:
         return dp_accounting.NonPrivateDpEvent()
-    update = dp_accounting.GaussianDpEvent(update_noise(noise_multiplier, count_noise) / SENSITIVITY_PER_CLIP)
+    # floats always: dp-accounting's RDP of sampled Gaussians reads an int multiplier as its own stop signal
+    # (rdp_privacy_accountant.py's isinstance(sigma, float)) and drops the other release: count_noise 2 gave
+    # epsilon 3.68 where 2.0 gives 47.0
+    update = dp_accounting.GaussianDpEvent(float(update_noise(noise_multiplier, count_noise)) / SENSITIVITY_PER_CLIP)
     if count_noise is None:
         return update
-    return dp_accounting.ComposedDpEvent([update, dp_accounting.GaussianDpEvent(count_noise)])
+    return dp_accounting.ComposedDpEvent([update, dp_accounting.GaussianDpEvent(float(count_noise))])
 
 
 def central_event(noise_multiplier: float, num_clients: int, per_round: int, rounds: int,

@@ -17,6 +17,7 @@ null is 1e-5, or N^-1.1 for N devices where that is smaller (``accounting.defaul
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -117,7 +118,9 @@ def checked(spec: PrivacySpec) -> PrivacySpec:
     if spec.count_noise is not None and not 0 < spec.count_noise < math.inf:
         raise ConfigError(f"{where}: count_noise must be a finite number > 0 (null: clients_per_round / 20), "
                           f"got {spec.count_noise!r}")
-    return spec
+    numbers = ("noise_multiplier", "target_epsilon", "clip", "delta", "target_quantile", "clip_lr", "count_noise")
+    return dataclasses.replace(spec, **{key: float(getattr(spec, key)) for key in numbers  # 2 reads as 2.0
+                                        if getattr(spec, key) is not None})
 
 
 PRIVACY_SECTION = SectionKind("privacy", PRIVACY, signature=lambda fn: fn)
