@@ -107,7 +107,7 @@ class Progress:
             trial = self.trials[name] = TrialProgress(start, start, int(result.get("rounds", 0) or 0))
             self._planned += trial.rounds
         else:
-            self._forget(trial)
+            self._count(trial, -1)  # its old contribution out; the updated one back in below
         trial.round = max(trial.round, int(result.get("round", 0) or 0))
         trial.seconds = float(result.get("time_total_s", trial.seconds) or 0.0)
         trial.done = trial.done or bool(result.get("done"))
@@ -120,9 +120,6 @@ class Progress:
         if not trial.done:
             self._open += sign
             self._left_open += sign * max(0, trial.rounds - trial.round)
-
-    def _forget(self, trial: TrialProgress) -> None:
-        self._count(trial, -1)
 
     def ran(self) -> int:
         """Rounds run by this session's attempts."""

@@ -47,10 +47,6 @@ class PixelScale:
         """(low, high) [shape]: a black and a white pixel's value, pixel by pixel: the valid box of an input."""
         return self.to_input(0.0, shape), self.to_input(1.0, shape)
 
-    def raw_units(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """[shape]: one input unit as a fraction of the raw range, pixel by pixel (std / white)."""
-        return torch.as_tensor(np.broadcast_to(self.std / np.float32(self.white), shape).copy(), dtype=torch.float32)
-
 
 def check_normalization(dataset: str, mode: str) -> str:
     if mode not in NORMALIZATIONS:
