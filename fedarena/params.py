@@ -137,6 +137,9 @@ class SectionKind:
     structural_keys: tuple[str, ...] = ()
     structure: Callable[[Mapping[str, Any]], dict] = _no_structure  # the resolved structural keys
     exclude: tuple[str, ...] = ()  # keyword-only arguments that are not config keys (an aggregator's inputs)
+    # the resolved section in one spelling (a nested mapping's defaults filled or left out), so that equal settings
+    # are one identity
+    canonical: Callable[[dict], dict] | None = None
 
     def keys(self, name: str) -> set[str]:
         """Every key a section of entry ``name`` may hold besides ``name``."""
@@ -151,4 +154,5 @@ class SectionKind:
         entry = self.registry.get(name)
         given = {k: v for k, v in section.items() if k != "name" and k not in self.structural_keys}
         params = resolve(self.kind, name, self.signature(entry), given, exclude=self.exclude)
-        return {"name": name, **self.structure(section), **params}
+        resolved = {"name": name, **self.structure(section), **params}
+        return resolved if self.canonical is None else self.canonical(resolved)

@@ -120,8 +120,10 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
             check_server_rule(cfg, method, 0, cfg.clients_per_round)
         check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None, cfg.attack)
         return
-    if cfg.clients_per_round > num_clients:
-        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients")
+    spec = privacy_from(cfg.privacy)
+    if cfg.clients_per_round > num_clients + spec.canaries:
+        also = f" and the privacy audit's {spec.canaries} canaries" if spec.canaries else ""
+        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients{also}")
     malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
-    rule = check_server_rule(cfg, method, malicious, num_clients)
-    check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, rule, cfg.attack)
+    rule = check_server_rule(cfg, method, malicious, num_clients + spec.canaries)
+    check_privacy(spec, cfg.sampling, method, rule, cfg.attack)

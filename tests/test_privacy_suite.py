@@ -93,7 +93,14 @@ def test_the_privacy_suite_reaches_its_table_figure_and_report(ray_cluster, tmp_
     table = (tmp_path / "lb" / "privacy.md").read_text()
     assert "| method | none | eps10 (δ = 1e-05) |" in table and "**digits badnets 20%**" in table
     assert "digits, eps10: ε = 10 at δ = 1e-05" in table
-    assert {p.name for p in paths} >= {"privacy.md", "privacy_digits.png"}
+    assert {p.name for p in paths} >= {"privacy.md", "privacy_digits.png", "privacy_audit.md"}
+    # the audited rows (every device and 100 canaries each round): claimed beside measured, in their own table
+    audited = runs[runs["privacy_label"] == "audit_eps10"]
+    assert len(audited) == 2 and audited["epsilon_empirical_final"].notna().all()
+    assert (audited["epsilon_add_remove"] < audited["epsilon"]).all() and (audited["audit_canaries"] == 100).all()
+    audit_table = (tmp_path / "lb" / "privacy_audit.md").read_text()
+    assert "measured ε (final model)" in audit_table and "claimed ε (add/remove)" in audit_table
+    assert "digits, audit_eps10: measured ε final" in table
     page = build_report("privacy", uri, tmp_path / "report").read_text()
     assert 'id="privacy"' in page and 'alt="privacy_digits"' in page
     assert not math.isnan(float(private["noise_multiplier"].iloc[0]))

@@ -16,6 +16,7 @@ import torch
 
 from fedarena.bench.grid import TrialSpec
 from fedarena.errors import ConfigError
+from fedarena.privacy.audit import check_size
 from fedarena.privacy.dp_trial import check_attack_privacy
 from fedarena.privacy.mechanisms import privacy_from
 from fedarena.registry import UnknownNameError
@@ -60,6 +61,7 @@ def preflight(specs: list[TrialSpec]) -> Preflight:
             key = (json.dumps(cfg.model, sort_keys=True), cfg.backend, dataset.input_shape, dataset.num_classes,
                    dataset.task)
             w0 = _cached(models, key, lambda c=cfg, d=dataset: build_trial_model(c, d, torch.device("cpu"))[1])
+            check_size(privacy_from(cfg.privacy).audit, w0.numel())  # a privacy audit's directions fit
         except (ConfigError, UnknownNameError) as err:
             result.problems.append((spec, " ".join(str(err).split())))
             continue

@@ -5,7 +5,8 @@ A cell's epsilon is what its runs report (``epsilon``, at their ``delta``, which
 1e-05"). Two positions right of the finite ones
 have no finite epsilon: ``∞`` (clipped, no noise) and ``no DP`` (the privacy axis's ``none``). A method that
 shares nothing (local training: epsilon 0) is a dotted horizontal line, the reference a private method
-should stay above.
+should stay above. Audited cells (``privacy.audit``: canary clients drawn beside the devices) are left out: the
+``privacy_audit`` table shows them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, ordered_values, 
 from fedarena.leaderboards.tables import delta_text, setting_label, sort_key  # noqa: E402
 
 NO_DP = "none"
+AUDITED = "epsilon_empirical_final"  # a privacy audit's measure (``privacy.audit``): its cells are left out
 WORST10 = "acc_worst10"
 
 
@@ -43,6 +45,8 @@ def privacy_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
     if "epsilon" not in cells or "privacy_label" not in cells:
         return cells.iloc[0:0]
     part = cells[(cells["dataset_label"] == dataset) & np.isfinite(cells["acc_pooled"])]
+    if AUDITED in part:  # an audited cell is another setting (its rounds count the canaries): its own table
+        part = part[pd.to_numeric(part[AUDITED], errors="coerce").isna()]
     if not pd.to_numeric(part["epsilon"], errors="coerce").notna().any():
         return cells.iloc[0:0]
     return part

@@ -60,6 +60,7 @@ WORST_MODES = ("", "column", "only")
 WORST_CASE = "worst_case"
 BACKDOOR = "backdoor"
 PRIVACY = "privacy"
+PRIVACY_AUDIT = "privacy_audit"  # claimed against measured epsilon (``privacy.audit``)
 ASR = "asr_pooled"  # the attack success rate the backdoor table shows, bolds and tests
 EPSILON = "epsilon"  # a run property: shown with the delta it is at
 
@@ -79,6 +80,8 @@ class TableSpec:
     its registered direction) or None.
     ``worst``: "column" adds the worst case over the shown attacks per level (``worst``), "only" shows only
     those columns, "" none; it needs attack x level columns and accuracy cells.
+    ``only_measured``: keep only the cells that have ``requires_metric`` (not the clean cells of their rows, nor the
+    other privacy labels of a run property's rows).
     """
 
     name: str
@@ -94,6 +97,7 @@ class TableSpec:
     bold: str | None = "mean_minus_std"
     metrics: tuple[tuple[str, str], ...] = ()
     worst: str = ""
+    only_measured: bool = False  # only the cells that have ``requires_metric`` themselves (an audit's)
 
     def __post_init__(self) -> None:
         if self.worst not in WORST_MODES:
@@ -130,6 +134,8 @@ def select(cells: pd.DataFrame, spec: TableSpec) -> pd.DataFrame:
     keep = pd.Series(True, index=cells.index)
     if spec.requires_metric is not None:
         keep &= measured(cells, spec.requires_metric)
+        if spec.only_measured and spec.requires_metric in cells:
+            keep &= pd.to_numeric(cells[spec.requires_metric], errors="coerce").notna()
         if not keep.any():
             return cells.iloc[0:0]
     if spec.methods is not None:
@@ -383,10 +389,45 @@ def privacy_notes(cells: pd.DataFrame) -> list[str]:
         shown = "∞" if np.isinf(eps) else f"{eps:.3g}"
         at = delta_text(part["delta"]) if "delta" in part else ""
         notes.append(f"{dataset}, {privacy}: ε = {shown} at {at or 'an unrecorded δ'}, noise multiplier {z:.3g}.")
+    notes += audit_notes(private)
     if "uses_aggregator" in cells:
         local = cells.loc[cells["uses_aggregator"] == False, "method_label"]  # noqa: E712
         if len(local):
             notes.append(f"{', '.join(sorted(set(local)))}: nothing leaves a device (ε = 0).")
+    return notes
+
+
+def audit_notes(private: pd.DataFrame) -> list[str]:
+    """What an audited label measured (``privacy.audit``): per dataset the measured epsilons with their bootstrap
+    intervals (each the mean over the label's cells of their seeds' means), beside the claims."""
+    if "epsilon_empirical_final" not in private:
+        return []
+    audited = private[pd.to_numeric(private["epsilon_empirical_final"], errors="coerce").notna()]
+    if audited.empty:
+        return []
+    notes = ["Privacy audit (one-shot estimation, Andrew et al. 2024): canary clients, each sending a fixed random "
+             "direction (clipped to the bound) whenever drawn, and more directions never sent; measured ε is the "
+             "ε between Gaussians fitted to the cosines of the sent and the unseen directions with the final "
+             "model's change (final) or the largest with any round's change (all iterates), in brackets its "
+             "bootstrap interval at the run's confidence (95% by default; each end the mean over seeds of the runs' "
+             "ends, not an interval of the mean). It is an estimate, not a bound: compare it with the add/remove claim "
+             "(one device's update present or absent, where every device takes part in every round) or the claimed "
+             "ε. With few canaries it lies above a tight claim by the fit's error (fitting the two variances apart "
+             "raises it at small δ); the runs' lower bounds (epsilon_lower_bound_*, the table's lower bound "
+             "column) are the evidence against a claim."]
+    for (dataset, privacy), part in audited.groupby(["dataset_label", "privacy_label"], sort=False):
+        shown = []
+        for which in ("final", "iterates"):
+            name = f"epsilon_empirical_{which}"
+            low, high = (float(np.nanmean(part[f"{name}{end}"])) if f"{name}{end}" in part else np.nan
+                         for end in ("_low", "_high"))
+            interval = f" [{low:.3g}, {high:.3g}]" if np.isfinite(low) and np.isfinite(high) else ""
+            shown.append(f"{which} {float(np.nanmean(part[name])):.3g}{interval}")
+        claims = f"claimed {float(np.nanmean(part['epsilon'])):.3g}"
+        if "epsilon_add_remove" in part and part["epsilon_add_remove"].notna().any():
+            claims += f", add/remove {float(np.nanmean(part['epsilon_add_remove'])):.3g}"
+        canaries = int(np.nanmax(part["audit_canaries"])) if "audit_canaries" in part else 0
+        notes.append(f"{dataset}, {privacy}: measured ε {', '.join(shown)} ({claims}; {canaries} canaries).")
     return notes
 
 

@@ -215,3 +215,27 @@ def _rounds(make: tuple) -> str:
     if make[0] == "central":
         return f"{make[3]} rounds of {make[2]} of {make[1]} devices"
     return f"{make[1]} rounds of one device"
+
+
+ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+@functools.lru_cache(maxsize=1024)
+def add_remove_epsilon(name: str, noise_multiplier: float, rounds: int, delta: float,
+                       count_noise: float | None = None) -> float:
+    """epsilon at ``delta`` of one device's ``rounds`` releases without sampling, under add-or-remove adjacency:
+    the device's clipped update present or absent moves the sum by at most one clip (multiplier z_Delta, the
+    update's noise over the clip) and adaptive clipping's count by one (multiplier ``count_noise``). Both
+    accountants read a Gaussian's multiplier so under this relation. What a canary audit's estimate is held
+    against where every device takes part in every round (``privacy.audit``)."""
+    if rounds == 0:
+        return 0.0
+    z = update_noise(noise_multiplier, count_noise)
+    if z == 0:
+        return float("inf")
+    step = dp_accounting.GaussianDpEvent(float(z))
+    if count_noise is not None:
+        step = dp_accounting.ComposedDpEvent([step, dp_accounting.GaussianDpEvent(float(count_noise))])
+    acc = RdpAccountant(neighboring_relation=ADD_OR_REMOVE) if name == "rdp" else PLDAccountant(ADD_OR_REMOVE)
+    acc.compose(dp_accounting.SelfComposedDpEvent(step, rounds))
+    return float(acc.get_epsilon(delta))

@@ -85,6 +85,8 @@ def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggreg
                           f"count the unclipped updates securely too); use a fixed clip or drop secure_aggregation")
     if attack is not None:
         check_attack_privacy(spec, attack)
+    if spec.audit is not None:
+        check_audit(spec, method)
     if rule is None:
         return
     if spec.private:
@@ -98,6 +100,16 @@ def check_privacy(spec: PrivacySpec, sampling: str, method: Method, rule: Aggreg
         what = f"pre-aggregator {rule.pre[0]!r}" if rule.pre else f"aggregator {rule.name!r}"
         raise ConfigError(f"{where}: {what} needs each device's update, which secure aggregation hides; under "
                           f"secure_aggregation the server rule must need only their sum: {', '.join(sum_rules())}")
+
+
+def check_audit(spec: PrivacySpec, method: Method) -> None:
+    """A canary is a client of the server's aggregation (w + the rule over the updates): a method whose server step
+    is its own (a share of the population, per-client server state) would count canaries as something else."""
+    if type(method).server_step is not Method.server_step:
+        allowed = [name for name in private_methods(spec) if METHODS.get(name).server_step is Method.server_step]
+        raise ConfigError(f"privacy {spec.name!r}: audit inserts canary clients into the server's aggregation, and "
+                          f"method {method.name!r} has a server step of its own; audit composes with "
+                          f"{', '.join(allowed)}")
 
 
 def method_reads(method: Method | type[Method]) -> tuple[str, ...]:
@@ -238,8 +250,27 @@ class PrivacyPlan:
                                           self.per_round, rounds_done, self.delta, self.count_noise)
 
     def properties(self, rounds_done: int) -> dict[str, float]:
-        """The run properties it reports at a round (``simulation.properties``)."""
-        return {"epsilon": self.epsilon(rounds_done), "delta": self.delta, "noise_multiplier": self.noise_multiplier}
+        """The run properties it reports at a round (``simulation.properties``); an audited run adds the
+        add-or-remove epsilon its estimates are held against, where the accountant has one."""
+        out = {"epsilon": self.epsilon(rounds_done), "delta": self.delta, "noise_multiplier": self.noise_multiplier}
+        if self.spec.audit is not None and self.add_remove_computable:
+            out["epsilon_add_remove"] = self.epsilon_add_remove(rounds_done)
+        return out
+
+    @property
+    def add_remove_computable(self) -> bool:
+        """Whether dp-accounting has an add-or-remove epsilon of the run: local DP (a device's own releases, no
+        sampling), or central DP where every client takes part in every round. Not for sampled central runs: its
+        RDP refuses sampling without replacement under add-or-remove and its PLD has no such sampling at all; there a
+        canary's contribution against the client's slot sending nothing is a replace-one pair at distance one
+        clip, which the claimed (replace-one) epsilon covers."""
+        return self.spec.local or self.per_round >= self.num_clients
+
+    def epsilon_add_remove(self, rounds_done: int) -> float:
+        """epsilon under add-or-remove adjacency after ``rounds_done`` rounds (``accounting.add_remove_epsilon``)."""
+        rounds = int(self.most_rounds[rounds_done]) if self.spec.local else rounds_done
+        return accounting.add_remove_epsilon(self.spec.accountant, self.noise_multiplier, rounds, self.delta,
+                                             self.count_noise)
 
     def before_sending(self, updates: torch.Tensor, noise: torch.Generator) -> torch.Tensor:
         """What the devices send: local DP clips each update and adds its own noise (drawn from ``noise``); central

@@ -12,7 +12,8 @@ whose keyword-only arguments are the section's keys (checked like every other se
 Give ``noise_multiplier`` or ``target_epsilon`` (the multiplier is then calibrated before training). ``delta``
 null is 1e-5, or N^-1.1 for N devices where that is smaller (``accounting.default_delta``).
 ``secure_aggregation``: the server sees only the sum of the updates, so a rule that needs each one is refused
-(``fedarena.privacy.plan``).
+(``fedarena.privacy.plan``). ``audit: {canaries: K, unseen: U}`` measures the epsilon beside the claimed one
+(``fedarena.privacy.audit``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from fedarena.errors import ConfigError
 from fedarena.params import SectionKind
+from fedarena.privacy.audit import AuditSpec, audit_spec
 from fedarena.registry import Registry
 
 NONE = "none"
@@ -46,11 +48,17 @@ class PrivacySpec:
     clip_lr: float = 0.2
     count_noise: float | None = None
     secure_aggregation: bool = False
+    audit: AuditSpec | None = None  # canaries inserted to measure the epsilon (``privacy.audit``)
 
     @property
     def private(self) -> bool:
         """Whether the updates are clipped, noised and accounted for (central or local DP)."""
         return self.name != NONE
+
+    @property
+    def canaries(self) -> int:
+        """The canary clients an audit adds to the devices the sampling draws from (0: no audit)."""
+        return 0 if self.audit is None else self.audit.canaries
 
     @property
     def central(self) -> bool:
@@ -76,21 +84,24 @@ def no_privacy(*, secure_aggregation: bool = False) -> PrivacySpec:
 def central_dp(*, noise_multiplier: float | None = None, target_epsilon: float | None = None, clip: float = 1.0,
                delta: float | None = None, accountant: str = "rdp", adaptive: bool = False,
                target_quantile: float = 0.5, clip_lr: float = 0.2, count_noise: float | None = None,
-               secure_aggregation: bool = False) -> PrivacySpec:
+               secure_aggregation: bool = False, audit: dict | None = None) -> PrivacySpec:
     """User-level central DP (DP-FedAvg), optionally with adaptive clipping (``adaptive``: ``clip`` is the first
     round's bound; it moves by exp(-clip_lr (noisy fraction unclipped - target_quantile)) each round; the count's
-    noise ``count_noise`` null is clients_per_round / 20, Andrew et al.'s choice)."""
+    noise ``count_noise`` null is clients_per_round / 20, Andrew et al.'s choice; ``audit``: canaries that measure
+    the epsilon, ``privacy.audit``)."""
     spec = PrivacySpec("central", noise_multiplier, target_epsilon, clip, delta, accountant, adaptive, target_quantile,
-                       clip_lr, count_noise, secure_aggregation)
+                       clip_lr, count_noise, secure_aggregation, audit_spec(audit, "privacy 'central'"))
     return checked(spec)
 
 
 @PRIVACY.register("local", version=2)
 def local_dp(*, noise_multiplier: float | None = None, target_epsilon: float | None = None, clip: float = 1.0,
-             delta: float | None = None, accountant: str = "rdp", secure_aggregation: bool = False) -> PrivacySpec:
-    """Local DP: each device clips its update to ``clip`` and adds Gaussian noise before sending it."""
+             delta: float | None = None, accountant: str = "rdp", secure_aggregation: bool = False,
+             audit: dict | None = None) -> PrivacySpec:
+    """Local DP: each device clips its update to ``clip`` and adds Gaussian noise before sending it (``audit``:
+    canaries that measure the epsilon of the released models, ``privacy.audit``)."""
     return checked(PrivacySpec("local", noise_multiplier, target_epsilon, clip, delta, accountant,
-                               secure_aggregation=secure_aggregation))
+                               secure_aggregation=secure_aggregation, audit=audit_spec(audit, "privacy 'local'")))
 
 
 def checked(spec: PrivacySpec) -> PrivacySpec:
@@ -123,7 +134,19 @@ def checked(spec: PrivacySpec) -> PrivacySpec:
                                         if getattr(spec, key) is not None})
 
 
-PRIVACY_SECTION = SectionKind("privacy", PRIVACY, signature=lambda fn: fn)
+def canonical_audit(resolved: dict) -> dict:
+    """The section with its ``audit`` checked and in one spelling: canaries and unseen, and resamples and confidence
+    where they differ from their defaults."""
+    if resolved.get("audit") is None:
+        return resolved
+    spec = audit_spec(resolved["audit"], f"privacy {resolved['name']!r}")
+    defaults = AuditSpec(spec.canaries, spec.unseen)
+    audit = {key: getattr(spec, key) for key in ("canaries", "unseen", "resamples", "confidence")
+             if key in ("canaries", "unseen") or getattr(spec, key) != getattr(defaults, key)}
+    return {**resolved, "audit": audit}
+
+
+PRIVACY_SECTION = SectionKind("privacy", PRIVACY, signature=lambda fn: fn, canonical=canonical_audit)
 
 
 def privacy_from(resolved: dict) -> PrivacySpec:

@@ -28,7 +28,7 @@ from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
 from fedarena.leaderboards.figures import file_stem, without_privacy
 from fedarena.leaderboards.selection import chosen_runs
-from fedarena.leaderboards.specs import BACKDOOR, PRIVACY, WORST_CASE
+from fedarena.leaderboards.specs import BACKDOOR, PRIVACY, PRIVACY_AUDIT, WORST_CASE
 from fedarena.leaderboards.tables import Table
 from fedarena.report.devices import write_device_figures
 from fedarena.report.page import Section, figure_lines, render_page, table_lines
@@ -76,8 +76,8 @@ def ordered_figures(paths: list[Path]) -> list[Path]:
 
 def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
              cards: list[Table] | None = None, tuning: list[Path] | None = None) -> list[Section]:
-    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY)]
-    privacy = [t for t in tables if t.name == PRIVACY]  # only a suite with a privacy axis
+    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY, PRIVACY_AUDIT)]
+    privacy = [t for t in tables if t.name in (PRIVACY, PRIVACY_AUDIT)]  # a suite with a privacy axis; its audit
     view = [t for t in tables if t.name == REPRODUCTION]
     worst = [t for t in tables if t.name == WORST_CASE]
     backdoor = [t for t in tables if t.name == BACKDOOR]  # only where a targeted attack ran: no empty section

@@ -63,13 +63,15 @@ def _first_to_arrive(arrival: np.ndarray, count: int) -> np.ndarray:
     return np.take_along_axis(first, order, axis=1)
 
 
-def most_participation(seed: int, sampling: str, sizes: np.ndarray, per_round: int, rounds: int) -> np.ndarray:
-    """[rounds + 1]: after t rounds, the most rounds any one client has been drawn in (local DP's accounting)."""
+def most_participation(seed: int, sampling: str, sizes: np.ndarray, per_round: int, rounds: int,
+                       devices: int | None = None) -> np.ndarray:
+    """[rounds + 1]: after t rounds, the most rounds any one client has been drawn in (local DP's accounting);
+    among the first ``devices`` clients where given (a privacy audit's canaries, drawn after them, are no device)."""
     counts = np.zeros(len(sizes), dtype=np.int64)
     most = [0]
     for t in range(rounds):
         counts[drawn_clients(seed, sampling, sizes, per_round, t)] += 1
-        most.append(int(counts.max()))
+        most.append(int(counts[:devices].max()))
     return np.asarray(most)
 
 

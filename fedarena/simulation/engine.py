@@ -20,6 +20,7 @@ from fedarena.attacks.base import AttackView, RoundRule
 from fedarena.attacks.bounds import checked_corrupt
 from fedarena.methods.aggregators import EXCLUDED, Aggregator, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
+from fedarena.privacy.audit import exceeded
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
@@ -59,6 +60,7 @@ class SimState:
     history: list[dict] = field(default_factory=list)
     server: dict[str, torch.Tensor] = field(default_factory=dict)  # the server rule's state (FoolsGold's history)
     attack: dict[str, torch.Tensor] = field(default_factory=dict)  # an adaptive attack's state (A3FL's trigger)
+    audit: dict[str, torch.Tensor] = field(default_factory=dict)  # a privacy audit's statistics (``privacy.audit``)
 
     @property
     def diverged(self) -> bool:
@@ -68,14 +70,16 @@ class SimState:
         return {"round": self.round, "w": self.w.cpu(), "clients": {k: v.cpu() for k, v in self.clients.items()},
                 "diverged_at": self.diverged_at, "history": list(self.history),
                 "server": {k: v.cpu() for k, v in self.server.items()},
-                "attack": {k: v.cpu() for k, v in self.attack.items()}}
+                "attack": {k: v.cpu() for k, v in self.attack.items()},
+                "audit": {k: v.cpu() for k, v in self.audit.items()}}
 
     @classmethod
     def from_state_dict(cls, data: dict, device: torch.device) -> SimState:
         return cls(data["round"], data["w"].to(device), {k: v.to(device) for k, v in data["clients"].items()},
                    data["diverged_at"], list(data["history"]),
                    {k: v.to(device) for k, v in data.get("server", {}).items()},
-                   {k: v.to(device) for k, v in data.get("attack", {}).items()})
+                   {k: v.to(device) for k, v in data.get("attack", {}).items()},
+                   {k: v.to(device) for k, v in data.get("audit", {}).items()})
 
 
 def initial_state(trial: Trial) -> SimState:
@@ -90,7 +94,8 @@ def draw_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np
     excluded = None if server is None or EXCLUDED not in server else server[EXCLUDED].cpu().numpy()
     if excluded is None and trial.ahead is not None:  # the same draw, computed with the next rounds' (a cache)
         return trial.ahead.drawn(round_idx).copy()
-    return drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, cfg.clients_per_round, round_idx, excluded)
+    return drawn_clients(cfg.seed, cfg.sampling, trial.population_sizes(), cfg.clients_per_round, round_idx,
+                         excluded)
 
 
 def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
@@ -229,7 +234,8 @@ def finalize(trial: Trial, state: SimState) -> SimState:
             clients = method.finalize_result(local, state.w, clients, ids)
     finite = _rows_finite(clients, torch.as_tensor(everyone, device=trial.device))
     diverged_at = state.diverged_at if finite or state.diverged else state.round
-    return SimState(state.round, state.w, clients, diverged_at, state.history, state.server, state.attack)
+    return SimState(state.round, state.w, clients, diverged_at, state.history, state.server, state.attack,
+                    state.audit)
 
 
 def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> dict:
@@ -251,25 +257,27 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     """One round; returns the new state (the per-client tables are updated in place)."""
     t = state.round
     drawn = draw_clients(trial, t, state.server)
-    ids = np.sort(drawn)
+    everyone = np.sort(drawn)  # the devices drawn, then an audit's canaries (ids from the number of devices on)
+    ids = everyone[everyone < trial.dataset.num_clients]
     attack = adapted(trial, state, ids, t)
     pool = _round_data(trial, ids, t, attack)
     rows = torch.as_tensor(ids, device=trial.device)
     saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
-    for group in trial.backend.groups(ids):
+    for group in trial.backend.groups(ids) if len(ids) else ():  # a round may draw only an audit's canaries
         upd, clients = train_group(trial, state.w, clients, pool, group, t)
         updates.append(upd)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    info = ServerInfo(trial.weights[rows], losses, rows, trial.cfg.lr, t)  # a tensor index: a numpy one costs 15 us
+    senders = rows if len(everyone) == len(ids) else torch.as_tensor(everyone, device=trial.device)
+    info = ServerInfo(trial.weights[senders], losses, senders, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
         aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, root_update(trial, state.w, t), state.w))
-    stacked = updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
+    stacked = _stacked(trial, state.w, updates, everyone[len(ids):], server)
     if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
         stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))
-    stacked = _tamper(trial, stacked, ids, t, aggregate, info)
+    stacked = _tamper(trial, stacked, everyone, t, aggregate, info)
     rule = aggregate
     if trial.privacy is not None and aggregate is not None:  # central DP: clipped, uniform weights, noised
         rule = trial.privacy.server_rule(aggregate, server, _privacy_stream(trial, t, SERVER_NOISE),
@@ -281,8 +289,19 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     if not finite:  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history,
-                        state.server, attack)  # the attacker's own state is its, whatever the server drops
-    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server, attack)
+                        state.server, attack, state.audit)  # the attacker's own state is its, whatever is dropped
+    audit = state.audit if trial.audit is None else trial.audit.observed(state.audit, w_new - state.w)
+    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server, attack, audit)
+
+
+def _stacked(trial: Trial, w: torch.Tensor, updates: list[torch.Tensor], canaries: np.ndarray,
+             server: dict) -> torch.Tensor:
+    """The round's rows [n, d] in id order: the devices' updates, then what an audit's drawn canaries send (their
+    directions at the round's clip bound)."""
+    if len(canaries) == 0:
+        return updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
+    sent = trial.audit.rows(canaries, trial.privacy.bound_now(server)).to(w.dtype)
+    return torch.cat([*updates, sent])
 
 
 def _privacy_stream(trial: Trial, round_idx: int, draw: int, device=None) -> torch.Generator:
@@ -305,12 +324,16 @@ def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
 
 def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, aggregate: Aggregator | None,
             info: ServerInfo) -> torch.Tensor:
-    """The updates after a model attack's tampering (the malicious rows'); an attack that reads the server's rule
-    sees it as the round's ``RoundRule`` (the aggregator for the round, with the round's weights and losses)."""
+    """The updates after a model attack's tampering (the malicious rows'; ``ids`` the rows' clients, an audit's
+    canaries among them never malicious); an attack that reads the server's rule sees it as the round's
+    ``RoundRule`` (the aggregator for the round, with the round's weights and losses)."""
     effect = trial.threat.effect
     if effect.tamper is None or not effect.active(round_idx):  # most rounds of most runs: nothing to build
         return updates
-    bad = torch.as_tensor(trial.threat.malicious[ids], device=updates.device)
+    malicious, devices = trial.threat.malicious, ids < len(trial.threat.malicious)
+    bad = np.zeros(len(ids), dtype=bool)
+    bad[devices] = malicious[ids[devices]]
+    bad = torch.as_tensor(bad, device=updates.device)
     if not bool(bad.any()):
         return updates
     gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
@@ -355,6 +378,9 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
     certify = trial.aggregate.entry.certify if trial.aggregate is not None else None
     if certify is not None:  # a certified defense's guarantee, from the run's state (CRFL: its pre-noise model)
         metrics.update(certify(trial, state, **trial.aggregate.params))
+    if trial.audit is not None:  # a privacy audit's measured epsilons, from its canaries' statistics, and whether
+        estimates = trial.audit.estimates(state.audit, state.w, trial.w0, state.round)  # they refute the claim
+        metrics.update(estimates, audit_exceeded=exceeded(estimates, trial.privacy.properties(state.round)))
     return counts, metrics
 
 

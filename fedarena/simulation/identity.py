@@ -34,6 +34,7 @@ from fedarena.methods.aggregators.builder import expected_malicious, pre_names
 from fedarena.params import TrialFacts, hyperparameters
 from fedarena.privacy.accounting import ACCOUNTANT
 from fedarena.privacy.mechanisms import NONE as NO_PRIVACY
+from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import KINDS, resolve_config
 from fedarena.simulation.engine import ENGINE_VERSION
 from fedarena.simulation.metrics import METRICS
@@ -79,7 +80,8 @@ def trial_facts(cfg: ExperimentConfig) -> TrialFacts:
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
         return TrialFacts(cfg.clients_per_round, None)
     count = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
-    return TrialFacts(cfg.clients_per_round, expected_malicious(cfg.clients_per_round, count, num_clients))
+    everyone = num_clients + privacy_from(cfg.privacy).canaries  # a privacy audit's canaries are drawn too
+    return TrialFacts(cfg.clients_per_round, expected_malicious(cfg.clients_per_round, count, everyone))
 
 
 def trial_identity(cfg: ExperimentConfig) -> Identity:

@@ -1,6 +1,6 @@
 """Run properties: numbers that describe the run itself rather than what its evaluation counted, reported beside
 the metrics at every evaluated round and in ``final``: under differential privacy the budget spent (``epsilon``,
-at ``delta``) and the ``noise_multiplier`` used; under a certified defense its guarantee (CRFL's
+at ``delta``) and the ``noise_multiplier`` used, and where audited the measured epsilons; under a certified defense its guarantee (CRFL's
 ``certified_radius``, computed at evaluation by the rule's ``certify``).
 
 A property may be infinite (no noise: no guarantee), and infinity is a value, not a missing number: the result
@@ -15,7 +15,14 @@ import math
 # name -> higher is better (None: neither): the privacy spent, at which delta, and the noise multiplier the run used
 # (given, or calibrated from a target epsilon)
 RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None,
-                                          "certified_radius": True}  # CRFL's guarantee (aggregators/crfl.py)
+                                          "certified_radius": True,  # CRFL's guarantee (aggregators/crfl.py)
+                                          # a privacy audit's (``privacy.audit``): the epsilon of add-or-remove
+                                          # adjacency, the measured ones with their intervals, the canary count
+                                          "epsilon_add_remove": False, "audit_canaries": None,
+                                          "audit_exceeded": False,  # 1: a measured lower bound above the claim
+                                          **{f"epsilon_empirical_{which}{end}": False for which in ("final", "iterates")
+                                             for end in ("", "_low", "_high")},
+                                          "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
 MLFLOW_INFINITY = 1.7976931348623157e308  # what MLflow's SQL store writes for an infinite metric
 
 

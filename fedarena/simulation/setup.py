@@ -23,6 +23,7 @@ from fedarena.methods.base import Aggregate, Method, method_from
 from fedarena.models import FlatModel
 from fedarena.models.backends import Backend, make_backend
 from fedarena.models.functional import model_from
+from fedarena.privacy.audit import CanaryAudit, with_canaries
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
 from fedarena.sections import check_method_model, check_server_rule, resolve_config
@@ -31,7 +32,7 @@ from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.probe import Probe
 from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
-from fedarena.simulation.streams import AGGREGATE, ATTACK, INIT, PARTITION, stream
+from fedarena.simulation.streams import AGGREGATE, ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
 
 ROOT_SET = 2**31 - 1  # key of the root set's draw in the stream AGGREGATE (whose other keys are rounds)
 
@@ -62,6 +63,11 @@ class Trial:
     ahead: RoundsAhead | None = None  # the next rounds' draws and plans, computed several at a time (a cache)
     stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
     test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
+    audit: CanaryAudit | None = None  # a privacy audit's canary clients (ids from the number of devices on)
+
+    def population_sizes(self) -> np.ndarray:
+        """The training sizes of everyone the sampling draws from: the devices, then an audit's canaries."""
+        return with_canaries(self.audit and self.audit.spec, self.train.sizes)
 
     def local_steps(self) -> np.ndarray:
         """The local SGD steps each device with training data runs in a round it is drawn in, as the engine plans
@@ -95,14 +101,24 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     stamp_check, test_stamp_check = stamp_checks(threat.name, threat.effect.bound, dataset)
     check_set_up_stamps(stamp_check, test_stamp_check, threat.effect, dataset)
     pools = [Pooled.from_dataset(poisoned, split, device) for split in ("train", "val", "test")]
-    weights = aggregation_weights(cfg.sampling, poisoned.train_sizes(), privacy is not None)
+    audit = canary_audit(cfg, privacy, dataset.num_clients, w0)
+    sizes = with_canaries(audit and audit.spec, poisoned.train_sizes())
+    weights = aggregation_weights(cfg.sampling, sizes, privacy is not None)
+    ahead = None if audit is not None else RoundsAhead(  # its draws are the devices' alone
+        pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size)
     return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
                  make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                  *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
-                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device),
-                 ahead=RoundsAhead(pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps,
-                                   cfg.local_epochs, cfg.batch_size), stamp_check=stamp_check,
-                 test_stamp_check=test_stamp_check)
+                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device), ahead=ahead,
+                 stamp_check=stamp_check, test_stamp_check=test_stamp_check, audit=audit)
+
+
+def canary_audit(cfg: ResolvedConfig, privacy: PrivacyPlan | None, devices: int, w0: torch.Tensor) -> CanaryAudit | None:
+    """A private trial's canaries, where its privacy section asks for an audit (directions from the stream AUDIT)."""
+    if privacy is None or privacy.spec.audit is None:
+        return None
+    return CanaryAudit.of(privacy.spec.audit, devices, w0.numel(), privacy.delta, torch_stream(cfg.seed, AUDIT, 0),
+                          int(stream(cfg.seed, AUDIT, 1).integers(2**62)), w0.device, w0.dtype)
 
 
 def server_probe(cfg: ResolvedConfig, aggregate, model: FlatModel, dataset: FederatedDataset,
@@ -148,22 +164,25 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     """(method, threat, server rule, needs_losses, privacy plan) of a resolved config on its dataset, with every
     check that needs the data (``fedarena bench run`` runs it for every trial before any starts), a target
     epsilon's calibration included."""
-    if cfg.clients_per_round > dataset.num_clients:
+    spec = privacy_from(cfg.privacy)
+    if cfg.clients_per_round > dataset.num_clients + spec.canaries:
+        also = f" and the privacy audit's {spec.canaries} canaries" if spec.canaries else ""
         raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
-                          f"of dataset {dataset.name!r}")
+                          f"of dataset {dataset.name!r}{also}")
     method = method_from(cfg.method)
     check_method_model(cfg, method)
-    method.check_schedule(cfg.clients_per_round, cfg.local_epochs, dataset.num_clients)
+    everyone = dataset.num_clients + spec.canaries  # whom the sampling draws from
+    method.check_schedule(cfg.clients_per_round, cfg.local_epochs, everyone)
     if dataset.task not in method.tasks:
         raise ConfigError(f"method {method.name!r} is defined for {', '.join(method.tasks)} tasks; dataset "
                           f"{dataset.name!r} is a {dataset.task} task")
     threat = threat_from(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
-    aggregate, needs_losses = _server_rule(cfg, method, threat, dataset.num_clients)
-    spec = privacy_from(cfg.privacy)
+    aggregate, needs_losses = _server_rule(cfg, method, threat, everyone)
     check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
-    sizes = dataset.train_sizes()
-    most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds) if spec.local else None
+    sizes = with_canaries(spec.audit, dataset.train_sizes())
+    most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds,
+                              dataset.num_clients) if spec.local else None
     return method, threat, aggregate, needs_losses, privacy_plan(spec, len(sizes), cfg.clients_per_round, cfg.rounds,
                                                                  most)
 
