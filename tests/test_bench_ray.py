@@ -163,3 +163,13 @@ def test_permanent_failure_is_attempted_once_skipped_on_rerun_and_retried_on_req
     runs, _ = runs_of(tmp_path)
     assert len(runs) == 3 and all(r.info.status == "FINISHED" for r in runs)
     assert not any({"error", "failure"} & set(r.data.tags) for r in runs)
+
+
+def test_max_concurrent_bounds_the_trials_running_at_once(ray_cluster, suite_file, tmp_path):
+    # Prepare: three trials and a limit of one (the cluster has room for two)
+    lines = []
+    # Execute
+    summary = run_bench(options(suite_file, tmp_path, max_concurrent=1), Printer(lines.append))
+    # Assert: every progress line shows at most one trial running; all three finished
+    running = [int(line.split(" running")[0].rsplit("| ", 1)[1]) for line in lines if " running |" in line]
+    assert summary.finished == 3 and running and max(running) == 1
