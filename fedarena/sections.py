@@ -108,6 +108,14 @@ def check_server_rule(cfg: ExperimentConfig, method: Method, num_malicious: int,
     return rule
 
 
+def check_clients_per_round(per_round: int, num_clients: int, canaries: int, dataset: str | None = None) -> None:
+    """A ConfigError where a round draws more clients than there are: the devices and a privacy audit's canaries."""
+    if per_round > num_clients + canaries:
+        of = f" of dataset {dataset!r}" if dataset else ""
+        also = f" and the privacy audit's {canaries} canaries" if canaries else ""
+        raise ConfigError(f"clients_per_round={per_round} exceeds the {num_clients} clients{of}{also}")
+
+
 def check_planned_server_rule(cfg: ExperimentConfig) -> None:
     """``check_server_rule`` and the privacy section's rules before any data is loaded (suite validation), where
     the number of clients is known from the dataset options; datasets whose number of clients is only known from
@@ -121,9 +129,7 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
         check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None, cfg.attack)
         return
     spec = privacy_from(cfg.privacy)
-    if cfg.clients_per_round > num_clients + spec.canaries:
-        also = f" and the privacy audit's {spec.canaries} canaries" if spec.canaries else ""
-        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {num_clients} clients{also}")
+    check_clients_per_round(cfg.clients_per_round, num_clients, spec.canaries)
     malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
     rule = check_server_rule(cfg, method, malicious, num_clients + spec.canaries)
     check_privacy(spec, cfg.sampling, method, rule, cfg.attack)

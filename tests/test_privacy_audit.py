@@ -248,3 +248,12 @@ def test_an_audit_the_run_cannot_hold_is_refused_before_training(change, message
                if "model" in change else {"canaries": 20, "unseen": 20}}
     with pytest.raises(ConfigError, match=message):
         build_trial(ExperimentConfig.from_dict({**AUDITED, "clients_per_round": 5, "privacy": privacy, **change}))
+
+
+def test_the_lower_bound_is_bonferroni_corrected_over_its_thresholds():
+    # two inserted statistics, an exact N(0, 1) null: each threshold's rates bounded by Clopper-Pearson at alpha / 2
+    seen, delta, alpha = np.array([3.0, 4.0]), 1e-5, 0.05
+    fnr = [stats.beta.ppf(1 - alpha / 2, 1, 2), stats.beta.ppf(1 - alpha / 2, 2, 1)]  # 0 and 1 of 2 below
+    expected = max(max(math.log(1 - delta - f) - stats.norm.logsf(t),
+                       math.log(1 - delta - math.exp(stats.norm.logsf(t))) - math.log(f)) for f, t in zip(fnr, seen))
+    assert epsilon_lower_bound(seen, delta, alpha, null_log_sf=stats.norm.logsf) == pytest.approx(expected, rel=1e-9)

@@ -42,6 +42,7 @@ from fedarena.privacy.mechanisms import ACCOUNTANTS
 from fedarena.registry import Registry
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE  # a privacy audit's claim (``add_remove_epsilon``)
 SENSITIVITY_PER_CLIP = 2.0  # replace-one: a clipped update moves by at most 2 x clip
 MAX_NOISE_MULTIPLIER = 1e4  # calibration searches z in (0, this]
 DEFAULT_DELTA = 1e-5  # at most; N^-1.1 where that is smaller (``default_delta``)
@@ -54,15 +55,15 @@ ACCOUNTANT: Registry = Registry("accountant")
 
 
 @ACCOUNTANT.register("rdp", version=1)
-def rdp_accountant() -> dp_accounting.PrivacyAccountant:
+def rdp_accountant(relation=REPLACE_ONE) -> dp_accounting.PrivacyAccountant:
     """dp-accounting's RDP accountant under replace-one (the default; as pfl-research and TFF report)."""
-    return RdpAccountant(neighboring_relation=REPLACE_ONE)
+    return RdpAccountant(neighboring_relation=relation)
 
 
 @ACCOUNTANT.register("pld", version=2)  # v2: replace-one's factor 2 counted once (v1 counted it twice)
-def pld_accountant() -> dp_accounting.PrivacyAccountant:
+def pld_accountant(relation=REPLACE_ONE) -> dp_accounting.PrivacyAccountant:
     """dp-accounting's PLD accountant under replace-one (no sampling without replacement)."""
-    return PLDAccountant(neighboring_relation=REPLACE_ONE)
+    return PLDAccountant(neighboring_relation=relation)
 
 
 def default_delta(num_clients: int) -> float:
@@ -117,11 +118,12 @@ def local_event(noise_multiplier: float, participations: int) -> dp_accounting.D
     return dp_accounting.SelfComposedDpEvent(round_mechanism(noise_multiplier, None), participations)
 
 
-def accountant(name: str) -> dp_accounting.PrivacyAccountant:
-    """A fresh accountant of ``name`` (rdp | pld) under replace-one adjacency."""
+def accountant(name: str, relation=REPLACE_ONE) -> dp_accounting.PrivacyAccountant:
+    """A fresh accountant of ``name`` (rdp | pld) under replace-one adjacency (or ``relation``: a privacy audit's
+    add-or-remove claim)."""
     if name not in ACCOUNTANT:
         raise ConfigError(f"privacy accountant must be one of {', '.join(ACCOUNTANTS)}; got {name!r}")
-    return ACCOUNTANT.get(name)()
+    return ACCOUNTANT.get(name)(relation)
 
 
 def for_accountant(name: str, event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
@@ -217,8 +219,6 @@ def _rounds(make: tuple) -> str:
     return f"{make[1]} rounds of one device"
 
 
-ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-
 
 @functools.lru_cache(maxsize=1024)
 def add_remove_epsilon(name: str, noise_multiplier: float, rounds: int, delta: float,
@@ -236,6 +236,6 @@ def add_remove_epsilon(name: str, noise_multiplier: float, rounds: int, delta: f
     step = dp_accounting.GaussianDpEvent(float(z))
     if count_noise is not None:
         step = dp_accounting.ComposedDpEvent([step, dp_accounting.GaussianDpEvent(float(count_noise))])
-    acc = RdpAccountant(neighboring_relation=ADD_OR_REMOVE) if name == "rdp" else PLDAccountant(ADD_OR_REMOVE)
+    acc = accountant(name, ADD_OR_REMOVE)
     acc.compose(dp_accounting.SelfComposedDpEvent(step, rounds))
     return float(acc.get_epsilon(delta))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 
 import numpy as np
 import torch
@@ -48,6 +48,12 @@ class AuditSpec:
     unseen: int
     resamples: int = 200
     confidence: float = 0.95
+
+    def canonical(self) -> dict:
+        """The audit in one spelling (a config's identity): canaries and unseen, and the others where they differ
+        from their defaults."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.default is MISSING or getattr(self, f.name) != f.default}
 
 
 def audit_spec(section: dict | None, where: str) -> AuditSpec | None:

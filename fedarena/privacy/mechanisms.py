@@ -139,11 +139,7 @@ def canonical_audit(resolved: dict) -> dict:
     where they differ from their defaults."""
     if resolved.get("audit") is None:
         return resolved
-    spec = audit_spec(resolved["audit"], f"privacy {resolved['name']!r}")
-    defaults = AuditSpec(spec.canaries, spec.unseen)
-    audit = {key: getattr(spec, key) for key in ("canaries", "unseen", "resamples", "confidence")
-             if key in ("canaries", "unseen") or getattr(spec, key) != getattr(defaults, key)}
-    return {**resolved, "audit": audit}
+    return {**resolved, "audit": audit_spec(resolved["audit"], f"privacy {resolved['name']!r}").canonical()}
 
 
 PRIVACY_SECTION = SectionKind("privacy", PRIVACY, signature=lambda fn: fn, canonical=canonical_audit)

@@ -26,7 +26,7 @@ from fedarena.models.functional import model_from
 from fedarena.privacy.audit import CanaryAudit, with_canaries
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
-from fedarena.sections import check_method_model, check_server_rule, resolve_config
+from fedarena.sections import check_clients_per_round, check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
@@ -165,10 +165,7 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     check that needs the data (``fedarena bench run`` runs it for every trial before any starts), a target
     epsilon's calibration included."""
     spec = privacy_from(cfg.privacy)
-    if cfg.clients_per_round > dataset.num_clients + spec.canaries:
-        also = f" and the privacy audit's {spec.canaries} canaries" if spec.canaries else ""
-        raise ConfigError(f"clients_per_round={cfg.clients_per_round} exceeds the {dataset.num_clients} clients "
-                          f"of dataset {dataset.name!r}{also}")
+    check_clients_per_round(cfg.clients_per_round, dataset.num_clients, spec.canaries, dataset.name)
     method = method_from(cfg.method)
     check_method_model(cfg, method)
     everyone = dataset.num_clients + spec.canaries  # whom the sampling draws from
