@@ -255,5 +255,5 @@ def test_the_lower_bound_is_bonferroni_corrected_over_its_thresholds():
     seen, delta, alpha = np.array([3.0, 4.0]), 1e-5, 0.05
     fnr = [stats.beta.ppf(1 - alpha / 2, 1, 2), stats.beta.ppf(1 - alpha / 2, 2, 1)]  # 0 and 1 of 2 below
     expected = max(max(math.log(1 - delta - f) - stats.norm.logsf(t),
-                       math.log(1 - delta - math.exp(stats.norm.logsf(t))) - math.log(f)) for f, t in zip(fnr, seen))
+                       math.log(1 - delta - math.exp(stats.norm.logsf(t))) - math.log(f)) for f, t in zip(fnr, seen, strict=True))
     assert epsilon_lower_bound(seen, delta, alpha, null_log_sf=stats.norm.logsf) == pytest.approx(expected, rel=1e-9)
