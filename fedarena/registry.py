@@ -154,6 +154,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def built_in(self) -> list[str]:
+        """The names fedarena itself registers (sorted), without any a plugin or a test loaded in this process."""
+        return sorted(name for name in self._entries if self._origins.get(name) is None)
+
     def registered(self) -> list[str]:
         """The names in registration order (where the order means something, e.g. table columns)."""
         return list(self._entries)

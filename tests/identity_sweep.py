@@ -52,7 +52,7 @@ def config(name: str, **patch) -> tuple[str, dict]:
 
 def method_configs(vehicle_dir: str) -> list[tuple[str, dict]]:
     out = []
-    for name in KINDS["method"].registry.names():
+    for name in KINDS["method"].registry.built_in():
         for backend in ("sequential", "batched"):
             if name == "mocha":
                 out.append(config(f"method {name} {backend}", method={"name": name}, backend=backend,
@@ -69,12 +69,12 @@ def method_configs(vehicle_dir: str) -> list[tuple[str, dict]]:
 
 def aggregator_configs() -> list[tuple[str, dict]]:
     out = []
-    for name in AGGREGATORS.names():
+    for name in AGGREGATORS.built_in():
         options = [{"attack": {"name": "a1", "level": level}, "clients_per_round": n}
                    for level, n in ((0.2, 5), (0.2, 10), (0.1, 10))]
         out.append((f"aggregator {name}", first_buildable([{**BASE, "aggregator": {"name": name}, **o}
                                                            for o in options])))
-    for pre in PRE_AGGREGATORS.names():
+    for pre in PRE_AGGREGATORS.built_in():
         out.append(config(f"pre-aggregator {pre}", aggregator={"name": "median", "pre": [pre]},
                           attack={"name": "a2", "level": 0.2}))
     out.append(config("buckets of 3 before median", aggregator={"name": "median", "pre": [{"name": "bucketing", "s": 3}]},
@@ -89,7 +89,7 @@ def aggregator_configs() -> list[tuple[str, dict]]:
 
 def attack_configs() -> list[tuple[str, dict]]:
     out = []
-    for name in KINDS["attack"].registry.names():
+    for name in KINDS["attack"].registry.built_in():
         if name == "none":
             continue
         candidates = [{**BASE, "attack": {"name": name, "level": 0.2}, "aggregator": {"name": "median"}},
@@ -111,7 +111,7 @@ def data_configs(vehicle_dir: str) -> list[tuple[str, dict]]:
     for model in ("cnn_femnist", "cnn_celeba", "cnn_cifar"):
         out.append(config(f"model {model}", dataset={"name": "mnist_5k", "num_clients": 10}, model={"name": model},
                           rounds=2, eval_every=2, local_steps=1))
-    for partition in PARTITIONERS.names():
+    for partition in PARTITIONERS.built_in():
         out.append((f"partitioner {partition}", first_buildable(
             [{**BASE, "dataset": {**DIGITS, "partition": partition}, "model": {"name": "mlp", "hidden": [16]}},
              {**BASE, "dataset": {**DIGITS, "partition": partition, "num_clients": 5},

@@ -45,12 +45,12 @@ def test_the_sweep_covers_every_registered_component(vehicle_dir):
     configs = [data for _, data in sweep_configs(vehicle_dir)]
     used = {(kind, data[kind]["name"]) for data in configs for kind in KINDS if kind in data}
     for kind in ("method", "aggregator"):
-        assert {(kind, name) for name in KINDS[kind].registry.names()} <= used
-    assert {("attack", name) for name in KINDS["attack"].registry.names() if name != "none"} <= used
+        assert {(kind, name) for name in KINDS[kind].registry.built_in()} <= used
+    assert {("attack", name) for name in KINDS["attack"].registry.built_in() if name != "none"} <= used
     pres = {name for data in configs for name in pre_names(data.get("aggregator", {}))}
-    assert pres == set(PRE_AGGREGATORS.names())
+    assert pres == set(PRE_AGGREGATORS.built_in())
     backends = {(data["method"]["name"], data.get("backend")) for data in configs if "method" in data}
-    assert all((name, b) in backends for name in KINDS["method"].registry.names() for b in ("sequential", "batched"))
+    assert all((name, b) in backends for name in KINDS["method"].registry.built_in() for b in ("sequential", "batched"))
 
 
 def test_the_krum_change_without_a_version_bump_fails_the_sweep(vehicle_dir, golden, monkeypatch):

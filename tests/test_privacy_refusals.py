@@ -85,16 +85,16 @@ def test_every_registered_component_is_refused_or_reads_only_what_the_noise_cove
 
 def test_every_registered_attack_declares_what_it_reads():
     # a new built-in attack must say what it reads (an undeclared one is refused under DP: see below)
-    for name in ATTACKS.names():
+    for name in ATTACKS.built_in():
         for section in attack_sections(name):
             assert UNDECLARED not in attack_reads(section), name
 
 
 def test_the_declarations_of_the_components_that_read_more_than_the_updates():
-    assert {n for n in METHODS.names() if method_reads(METHODS.get(n))} == {"term", "qffl", "afl"}
-    assert {n: AGGREGATORS.get(n).device_reads for n in AGGREGATORS.names() if AGGREGATORS.get(n).device_reads} == {
+    assert {n for n in METHODS.built_in() if method_reads(METHODS.get(n))} == {"term", "qffl", "afl"}
+    assert {n: AGGREGATORS.get(n).device_reads for n in AGGREGATORS.built_in() if AGGREGATORS.get(n).device_reads} == {
         "k_loss": ("losses",), "fltrust": ("device_data",)}
-    readers = {n: attack_reads({"name": n}) for n in ATTACKS.names() if attack_reads({"name": n})}
+    readers = {n: attack_reads({"name": n}) for n in ATTACKS.built_in() if attack_reads({"name": n})}
     assert readers == {"alie": ("honest_updates",), "ipm": ("honest_updates",), "neurotoxin": ("honest_updates",),
                        "min_max": ("honest_updates",), "min_sum": ("honest_updates",), "fang": ("honest_updates",),
                        "tailored_krum": ("honest_updates",), "tailored_bulyan": ("honest_updates",),

@@ -89,8 +89,8 @@ FEDAVG = "aggregator.mean"  # FedAvg: the mean under the global method, a row of
 def builtin_rows() -> list[Row]:
     """Every built-in aggregator and method (a plugin's excluded) as a row; FedAvg once, as ``aggregator.mean``
     (``method.global`` with the mean is the same trial), which ranks among the methods too."""
-    rows = [Row("aggregator", n) for n in AGGREGATORS.names() if AGGREGATORS.origin(n) is None]
-    return rows + [Row("method", n) for n in METHODS.names() if METHODS.origin(n) is None and n != "global"]
+    rows = [Row("aggregator", n) for n in AGGREGATORS.built_in()]
+    return rows + [Row("method", n) for n in METHODS.built_in() if n != "global"]
 
 
 @dataclass
