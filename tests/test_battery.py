@@ -59,8 +59,8 @@ def test_ranks_per_level_among_the_built_in_rows_of_the_kind_undefined_never_ran
             cell("aggregator.mean", "digits", "min_max", 0.1, 0.7), cell("aggregator.mean", "digits", "a1", 0.5, 0.2),
             cell("aggregator.mine", "digits", "min_max", 0.1, 0.95), cell("method.ditto", "digits", "min_max", 0.1, 0.99)]
     cells = cells_of(*rows)
-    cards = [card_of(cells, label, kind=label.split(".")[0], battery_version=1, scale="smoke", levels=[0.1, 0.5])
-             for label in ("aggregator.median", "aggregator.krum", "aggregator.mean", "aggregator.mine", "method.ditto")]
+    cards = [card_of(cells, label, kind=label.split(".")[0], battery_version=1, scale="smoke", levels=[0.1, 0.5],
+                     missing=[]) for label in ("aggregator.median", "aggregator.krum", "aggregator.mean", "aggregator.mine", "method.ditto")]
     # Execute
     rank_cards(cards, builtin={"aggregator.median", "aggregator.krum", "aggregator.mean", "method.ditto"})
     by = {c.component: c for c in cards}

@@ -4,6 +4,7 @@ aggregator's card, the same call served from the store, and a plugin's aggregato
 import json
 
 import pytest
+import yaml
 
 import fedarena
 from fedarena.bench.progress import Printer
@@ -42,6 +43,7 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",
                                                           "targeted_flip", "a3fl", "edge_case", "iba"}
     assert card["rank"] == {"0.1": 1, "0.2": 1, "0.5": 1, "0.8": 1}  # the only built-in row in this store
+    assert card["complete"] is True and card["missing"] == []
     assert "## Robustness card: aggregator.median" in (tmp_path / "median" / "card.md").read_text()
     # Execute: a plugin's aggregator, from a file outside the repository
     plugin = tmp_path / "shrunk.py"
@@ -50,5 +52,18 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     # Assert: its card, ranked among the built-in rows (the median) and itself
     assert mine.component == "aggregator.shrunk_mean+factor0.8" and mine.identity.startswith("1+src:")
     assert all(mine.ranked_among[level] == 2 and mine.rank[level] in (1, 2) for level in mine.worst)
+    # Execute: the median with values a frozen choice gives (written by hand here: `fedarena tune` is tested apart)
+    frozen = tmp_path / "tuned.yaml"
+    frozen.write_text(yaml.safe_dump({"fedarena_tuned": 1, "suite": "battery", "scale": "smoke", "budget": 2,
+                                      "rows": {"aggregator.median": {"digits": {"values": {"lr": 0.1}}}}}))
+    (tuned,) = fedarena.evaluate("median", tuned=frozen, **options)
+    (median_after,) = fedarena.evaluate("median", **options)
+    (mine_after,) = fedarena.evaluate("shrunk_mean", include=[plugin], settings={"factor": 0.8}, **options)
+    # Assert: the tuned row is a card of its own, with its note, beside the default one, which it does not replace;
+    # it ranks against the built-in rows like any other row, and the others' ranks stay as they were
+    assert tuned.component == "aggregator.median+tuned2" and tuned.complete and "2 configurations" in tuned.tuning
+    assert median_after.to_json() == median.to_json() and mine_after.rank == mine.rank
+    assert tuned.clean_acc != median.clean_acc
     page = build_report("battery", uri, tmp_path / "report").read_text()
     assert "Robustness cards" in page and "aggregator.shrunk_mean+factor0.8" in page
+    assert "aggregator.median+tuned2" in page and "(incomplete)" not in page

@@ -127,7 +127,7 @@ def test_identity_tags_follow_the_schema():
     tags = identity_tags(spec, {"git_sha": "abc", "fedarena_version": "0.1.0", "torch_version": "2"})
     # Assert
     assert tags == {"config_hash": "h1", "config_key": "k1", "component_versions": '{"engine": 1, "method/ditto": 2}',
-                    "cell_hash": "c1", "suite": "robustness", "scale": "quick",
+                    "cell_hash": "c1", "identity_folds": "true", "suite": "robustness", "scale": "quick",
                     "method_label": "ditto", "dataset_label": "digits", "attack_label": "a1", "level": "0.5",
                     "diverged": "false", "dataset_name": "digits", "git_sha": "abc", "fedarena_version": "0.1.0",
                     "torch_version": "2"}

@@ -189,9 +189,10 @@ def test_tune_finds_the_known_optimum_with_the_same_budget_for_every_row(ray_clu
     summary = fedarena.benchmark(tunable, "smoke", tracking_uri=uri, storage=tmp_path / "ray", tuned=str(out))
     assert summary.ok and summary.finished == 4
     tuned_runs = fedarena.runs("tunable", tracking_uri=uri)
-    detuned = tuned_runs[tuned_runs["method_label"] == "detuned"]
+    assert set(tuned_runs["method_label"]) == {"fedavg+tuned6", "detuned+tuned6"}  # rows of their own
+    detuned = tuned_runs[tuned_runs["method_label"] == "detuned+tuned6"]
     assert set(detuned["aggregator.c"].astype(float)) == {chosen["aggregator.c"]}
-    assert set(tuned_runs["tuned_budget"]) == {"6"}
+    assert set(tuned_runs["tuned_budget"]) == {"6"} and data["tuning_seeds"] == [2]  # the suite reports 0, 1
     paths = fedarena.leaderboard("tunable", out=tmp_path / "boards", tracking_uri=uri, scale="smoke", figures=False)
     assert any("Tuned rows (fedarena tune, 6 configurations each" in Path(p).read_text() for p in paths)
 

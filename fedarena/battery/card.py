@@ -11,8 +11,13 @@ spread across devices, the worst 10% of devices, the attack success rate). A car
   undefined there) is ``{"undefined": why}`` and never ranked;
 - ``worst_asr``: the highest attack success rate over the targeted attacks and levels, with its attack;
 - ``rank``: per level, the row's place by worst-case accuracy among the built-in rows of its kind that have one
-  (1 = best; ties share the better place);
-- the battery's version, the scale, the component's identity (its version) and the code version.
+  (1 = best; ties share the better place), among complete cards of one battery version only;
+- ``complete`` and ``missing``: whether every trial of the battery's current version for the row (each attack,
+  level, dataset and seed it can run) is in the store with a finite accuracy, else which are not; an incomplete
+  card is never ranked (a minimum over fewer settings can only flatter it) and states the battery version its
+  runs were made under;
+- the battery's version, the scale, the component's identity (its version) and the code version; ``tuning``:
+  the values' origin where the row ran with ``fedarena tune``'s choice (its own row, ``<label>+tuned<budget>``).
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class Card:
     identity: str = ""  # the component's version ("1", or "1+src:<hash>" for a plugin's)
     code_version: str = ""  # git_sha of the runs
     settings: dict[str, dict] = field(default_factory=dict)  # "attack@level" -> {acc, acc_std, acc_worst10, asr}
+    complete: bool = False  # every trial of the battery's current version present and finite
+    missing: list[str] = field(default_factory=list)  # what is not: "attack@level dataset sN (why)"
+    tuning: str = ""  # the tuning note of a tuned row ('' at the component's defaults)
 
     def to_json(self) -> dict:
         return _finite(asdict(self))
@@ -69,9 +77,10 @@ def setting_scores(cells: pd.DataFrame, label: str) -> pd.DataFrame:
 
 
 def card_of(cells: pd.DataFrame, label: str, *, kind: str, battery_version: int, scale: str,
-            levels: list[float], undefined: dict | None = None) -> Card:
+            levels: list[float], undefined: dict | None = None, missing: list[str] | None = None) -> Card:
     """The card of one row (``label``) from the aggregated cells; ``levels``: the battery's levels;
-    ``undefined``: (attack, level) -> why, of the settings the row could not run."""
+    ``undefined``: (attack, level) -> why, of the settings the row could not run; ``missing``: the battery's
+    trials the row lacks (``missing_trials``; None: not checked, so the card is incomplete)."""
     scores = setting_scores(cells, label)
     clean = scores[scores["attack_label"] == "clean"]
     clean_acc = float(clean["acc_pooled"].iloc[0]) if len(clean) else None
@@ -87,8 +96,23 @@ def card_of(cells: pd.DataFrame, label: str, *, kind: str, battery_version: int,
         row = at.loc[at["acc_pooled"].idxmin()]
         worst[key] = {"acc": float(row["acc_pooled"]), "attack": str(row["attack_label"]),
                       "acc_std": float(row.get("acc_std", np.nan)), "acc_worst10": float(row.get("acc_worst10", np.nan))}
+    unchecked = ["not checked against the battery (its component is not registered in this process)"]
     return Card(label, kind, battery_version, scale, _datasets(cells, label), clean_acc, worst,
-                _worst_asr(scores), settings=_settings(scores))
+                _worst_asr(scores), settings=_settings(scores), complete=missing == [],
+                missing=unchecked if missing is None else list(missing))
+
+
+def missing_trials(runs: pd.DataFrame, expected: dict[str, str], key: str = "config_hash") -> list[str]:
+    """What of ``expected`` (trial key -> "attack@level dataset sN", the battery's trials for one row) the row's
+    finished ``runs`` lack (their key in column ``key``: the identity): no run of that trial, or one without a
+    finite benign accuracy."""
+    if runs.empty or key not in runs:
+        return sorted(expected.values())
+    accuracy = pd.to_numeric(runs.get("acc_pooled", pd.Series(np.nan, index=runs.index)), errors="coerce")
+    finite = set(runs.loc[np.isfinite(accuracy.to_numpy(dtype=float)), key].dropna().astype(str))
+    present = set(runs[key].dropna().astype(str))
+    return sorted(what if trial not in present else f"{what} (no finite accuracy)"
+                  for trial, what in expected.items() if trial not in finite)
 
 
 def _worst_asr(scores: pd.DataFrame) -> dict:
@@ -117,14 +141,16 @@ FEDAVG = "aggregator.mean"  # FedAvg's row: the no-defense aggregator, and the g
 
 
 def rank_cards(cards: list[Card], builtin: set[str]) -> None:
-    """Each card's place per level by worst-case accuracy among the built-in rows of its kind (and itself);
-    FedAvg's row counts among the methods too."""
+    """Each complete card's place per level by worst-case accuracy among the complete built-in rows of its kind
+    (and itself) of the same battery version; FedAvg's row counts among the methods too. An incomplete card has
+    no rank (and is nobody's peer)."""
     for card in cards:
         for level, entry in card.worst.items():
-            if "acc" not in entry:
+            if "acc" not in entry or not card.complete:
                 card.rank[level] = None
                 continue
             peers = [c.worst[level]["acc"] for c in cards if (c.kind == card.kind or c.component == FEDAVG)
+                     and c.complete and c.battery_version == card.battery_version
                      and level in c.worst and "acc" in c.worst[level] and (c.component in builtin or c is card)]
             card.rank[level] = 1 + sum(acc > entry["acc"] for acc in peers)
             card.ranked_among[level] = len(peers)

@@ -11,6 +11,8 @@ built) is left out and reported as undefined (``Battery.undefined``), never rank
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -69,8 +71,49 @@ class Row:
 
 
 def _compact(value: Any) -> str:
-    text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-    return "".join(c for c in text if c.isalnum() or c in "._-")
+    """A setting's value in a label (``suite.LABEL``'s characters), one text per value: a plain scalar as YAML
+    writes it (``0.1``, ``true``, ``reference``); a list of them with ``_`` around and between its items
+    (``[1, 23]``: ``_1_23_``, ``[12, 3]``: ``_12_3_``); anything else (a mapping, a nested list, a string YAML
+    quotes or that has other characters) as its YAML text with ``_`` for its punctuation, then ``_`` and a
+    digest of the value. A plain scalar never starts with ``_``, a list ends with ``_``, a digest with a hex
+    digit: two values never share a text."""
+    plain = _plain(value)
+    if plain is not None:
+        return plain
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        if all(i is not None and "_" not in i for i in items):
+            return "_" + "".join(f"{i}_" for i in items)
+    text = yaml.safe_dump(_listed(value), default_flow_style=True, width=2**16).strip().removesuffix("...").strip()
+    readable = "".join(c if _label_char(c) and c != "_" else "_" for c in text if c not in " '\"")
+    blob = json.dumps(value, sort_keys=True, default=str)
+    return f"_{readable}_{hashlib.sha256(blob.encode()).hexdigest()[:8]}"
+
+
+def _plain(value: Any) -> str | None:
+    """A scalar's text where YAML writes it plainly with label characters only (a number's exponent sign
+    dropped: ``1.0e+20`` is ``1.0e20``) and it does not start with ``_``; else None."""
+    if isinstance(value, (list, tuple, dict)):
+        return None
+    text = yaml.safe_dump(value, default_flow_style=True, width=2**16).strip().removesuffix("...").strip()
+    if not isinstance(value, str):
+        text = text.replace("e+", "e")
+    if not text or text.startswith("_") or not all(map(_label_char, text)):
+        return None
+    return text
+
+
+def _label_char(c: str) -> bool:
+    return (c.isascii() and c.isalnum()) or c in "._-"
+
+
+def _listed(value: Any) -> Any:
+    """The value with tuples as lists (YAML's safe writer refuses tuples)."""
+    if isinstance(value, (list, tuple)):
+        return [_listed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _listed(v) for k, v in value.items()}
+    return value
 
 
 def row_of(kind: str, name: str, settings: dict | None = None) -> Row:

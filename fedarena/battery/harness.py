@@ -17,7 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedarena.battery.card import Card, card_of, claimed_vs_measured, rank_cards, read_claim
+from fedarena.battery.card import Card, card_of, claimed_vs_measured, missing_trials, rank_cards, read_claim
+from fedarena.battery.completeness import (
+    TRIAL,
+    battery_runs,
+    by_setting,
+    current_version,
+    expected_trials,
+    keyed_runs,
+    rebuilt,
+    recorded_version,
+    tuned_undefined,
+    tuning_note,
+)
 from fedarena.battery.definition import (
     NAME,
     Battery,
@@ -29,7 +41,7 @@ from fedarena.battery.definition import (
 )
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
-from fedarena.bench.tuned import read_frozen, with_tuned
+from fedarena.bench.tuned import read_frozen, tuned_label_of, with_tuned
 from fedarena.contracts import load_checked
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
@@ -50,7 +62,7 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
     rows = _rows(aggregator, method, builtin, settings)
     claims = read_claim(claim) if claim is not None else None  # bad input before any work
     if tuned is not None:
-        read_frozen(tuned)
+        _check_tuned_version(tuned)
     uri = resolve_uri(tracking_uri)
     battery = battery_suite(rows, scale)
     if tuned is not None:
@@ -60,17 +72,24 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
     if not summary.ok:
         raise BatteryError(f"the battery did not finish ({summary.finished} finished, {summary.failed} failed, "
                            f"{summary.killed} interrupted); run the same command again: it resumes")
-    cards = store_cards(uri, battery)
-    wanted = [cards[r.label] for r in rows if r.label in cards]
+    cards = store_cards(uri, battery, "cuda" if options.get("gpus_per_trial", 0) > 0 else "cpu")
+    labels = [tuned_label_of(battery.suite, r.label) for r in rows]  # a tuned row runs under its own label
+    wanted = [cards[label] for label in labels if label in cards]
     for card in wanted:
         emit(card_text(card))
-        if tuned is not None:  # the values the card's runs used, from the frozen choice
-            emit(f"Tuned with {Path(tuned).name} ({battery.suite.tags['tuned_budget']} configurations per row).")
         if claims is not None:
             emit(claim_text(card, claims))
     if out is not None:
         write_cards(wanted, Path(out), single=not builtin)
     return wanted
+
+
+def _check_tuned_version(path) -> None:
+    """A frozen choice made on another battery version is refused (its objective was other attacks)."""
+    made = read_frozen(path).get("battery_version")
+    if made is not None and str(made) != str(current_version()):
+        raise BatteryError(f"--tuned {path}: tuned on battery version {made}, not the current {current_version()}; "
+                           f"tune again with `fedarena tune --aggregator/--method NAME`")
 
 
 def _rows(aggregator, method, builtin: bool, settings: dict | None):
@@ -84,14 +103,66 @@ def _rows(aggregator, method, builtin: bool, settings: dict | None):
     return [row_of(chosen[0], aggregator or method, settings)]
 
 
-def store_cards(uri: str, battery: Battery) -> dict[str, Card]:
-    """The card of every row in the store's battery experiment at the battery's scale, ranked."""
-    runs = read_runs(uri, NAME)
-    prepared, _ = prepare_runs(runs, battery.scale)
-    cards = cards_from_cells(aggregate(prepared, ci=False), battery)
-    for label, card in cards.items():
-        card.identity, card.code_version = provenance(prepared[prepared["method_label"] == label], card)
+def store_cards(uri: str, battery: Battery, device: str = "cpu") -> dict[str, Card]:
+    """The card of every row in the store's battery experiment at the battery's scale, ranked (``device``: the
+    one the battery's trials ran on, part of their identity)."""
+    prepared, _ = prepare_runs(read_runs(uri, NAME), battery.scale)
+    levels = sorted({lv for a in battery.suite.attacks for lv in a.levels if lv > 0})
+    labels = sorted(set(prepared["method_label"].astype(str)) if not prepared.empty else set()
+                    | {r.label for r in battery.rows})  # a row that ran nothing: every setting undefined
+    expected = expected_trials(battery, labels, device)
+    undefined = {**tuned_undefined(battery), **battery.undefined}
+    cards = cards_of_rows(prepared, labels, expected, set(), battery.scale, levels, undefined)
+    rank_cards(list(cards.values()), {r.label for r in builtin_rows()})
     return cards
+
+
+def report_cards(prepared: pd.DataFrame) -> list[Card]:
+    """The cards of every component a store's battery runs hold (the report's section), ranked."""
+    if prepared.empty or "method_label" not in prepared:
+        return []
+    scale = str(prepared["scale"].dropna().iloc[0]) if "scale" in prepared and prepared["scale"].notna().any() else ""
+    levels = sorted({lv for a in load_battery()["attacks"] for lv in a["levels"] if lv > 0})
+    labels = sorted(set(prepared["method_label"].astype(str)))
+    bases = {label.split("+", 1)[0] for label in labels}
+    rows = [row for row in map(rebuilt, sorted(set(labels) | bases)) if row is not None]
+    battery = battery_suite(rows, scale) if rows and scale in load_battery()["scales"] else None
+    devices = prepared["device"].dropna().astype(str) if "device" in prepared else pd.Series(dtype=str)
+    expected = expected_trials(battery, sorted(set(labels) | bases), devices.mode().iloc[0] if len(devices) else "cpu")
+    settings_keyed = by_setting(expected, labels)
+    undefined = dict(battery.undefined) if battery is not None else {}
+    undefined.update({label: undefined.get(label.split("+", 1)[0]) for label in settings_keyed})
+    cards = cards_of_rows(prepared, labels, {**expected, **settings_keyed}, set(settings_keyed), scale, levels,
+                          undefined)
+    rank_cards(list(cards.values()), {r.label for r in builtin_rows()})
+    return list(cards.values())
+
+
+def cards_of_rows(prepared: pd.DataFrame, labels: list[str], expected: dict[str, dict[str, str]],
+                  settings_keyed: set[str], scale: str, levels: list[float], undefined: dict) -> dict[str, Card]:
+    """Each row's card from its runs of the battery's current trials (``completeness``), unranked."""
+    runs = battery_runs(keyed_runs(prepared, settings_keyed), expected)
+    cells = aggregate(runs, ci=False) if not runs.empty else pd.DataFrame(columns=["method_label"])
+    return {label: _card(cells, runs, label, expected.get(label), scale, levels, undefined.get(label),
+                         recorded_version(_of(prepared, label))) for label in labels}
+
+
+def _of(runs: pd.DataFrame, label: str) -> pd.DataFrame:
+    return runs[runs["method_label"] == label] if "method_label" in runs else runs.iloc[:0]
+
+
+def _card(cells: pd.DataFrame, runs: pd.DataFrame, label: str, expected: dict[str, str] | None, scale: str,
+          levels: list[float], undefined: dict | None, recorded: int) -> Card:
+    """One row's card: complete (and at the battery's current version) when its runs hold every expected trial,
+    else the newest battery version its runs were made under (``recorded``), with what is missing."""
+    own = _of(runs, label)
+    missing = missing_trials(own, expected, key=TRIAL) if expected is not None else None
+    version = current_version() if missing == [] else recorded
+    card = card_of(cells, label, kind=label.split(".", 1)[0], battery_version=version, scale=scale, levels=levels,
+                   undefined=undefined, missing=missing)
+    card.identity, card.code_version = provenance(own, card)
+    card.tuning = tuning_note(own)
+    return card
 
 
 def provenance(runs: pd.DataFrame, card: Card) -> tuple[str, str]:
@@ -103,42 +174,13 @@ def provenance(runs: pd.DataFrame, card: Card) -> tuple[str, str]:
     return ", ".join(sorted(versions)), ", ".join(shas)
 
 
-def cards_from_cells(cells: pd.DataFrame, battery: Battery) -> dict[str, Card]:
-    """Every row's card from the aggregated cells of the battery's runs (the rows under test and any other row
-    in the store), ranked per level among the built-in rows of each kind."""
-    levels = sorted({lv for a in battery.suite.attacks for lv in a.levels if lv > 0})
-    version = int(battery.suite.tags.get("battery_version", 0)) if battery.suite.tags else 0
-    builtin = {r.label for r in builtin_rows()}
-    labels = sorted(set(cells["method_label"].astype(str)) if not cells.empty else set()
-                    | {r.label for r in battery.rows})  # a row that ran nothing: every setting undefined
-    cards = {label: card_of(cells, label, kind=label.split(".", 1)[0], battery_version=version,
-                            scale=battery.scale, levels=levels, undefined=battery.undefined.get(label))
-             for label in labels}
-    rank_cards(list(cards.values()), builtin)
-    return cards
-
-
-def report_cards(cells: pd.DataFrame, prepared: pd.DataFrame) -> list[Card]:
-    """The cards of every component a store's battery runs hold (the report's section), ranked."""
-    if cells.empty:
-        return []
-    scale = str(prepared["scale"].dropna().iloc[0]) if "scale" in prepared and prepared["scale"].notna().any() else ""
-    versions = prepared["battery_version"].dropna() if "battery_version" in prepared else pd.Series(dtype=str)
-    levels = sorted({lv for a in load_battery()["attacks"] for lv in a["levels"] if lv > 0})
-    labels = sorted(set(cells["method_label"].astype(str)))
-    cards = [card_of(cells, label, kind=label.split(".", 1)[0], battery_version=int(versions.max()) if len(versions)
-                     else 0, scale=scale, levels=levels) for label in labels]
-    rank_cards(cards, {r.label for r in builtin_rows()})
-    for card in cards:
-        card.identity, card.code_version = provenance(prepared[prepared["method_label"] == card.component], card)
-    return cards
-
-
 def card_text(card: Card) -> str:
     """The card as markdown (what is printed and written as card.md)."""
     lines = [f"## Robustness card: {card.component}", "",
              f"Battery version {card.battery_version}, scale {card.scale}, datasets {', '.join(card.datasets)}; "
              f"component version {card.identity or '?'}, code {card.code_version or '?'}.", "",
+             *([f"Values: {card.tuning}.", ""] if card.tuning else []),
+             *([] if card.complete else [_incomplete_text(card), ""]),
              f"Clean accuracy: {_fmt(card.clean_acc)}", "",
              "| level | worst-case accuracy | attack | std across devices | worst 10% of devices | rank |",
              "|:---|:---:|:---|:---:|:---:|:---:|"]
@@ -154,8 +196,15 @@ def card_text(card: Card) -> str:
     asr = card.worst_asr
     lines += ["", f"Worst attack success rate: {_fmt(asr['asr'])} ({asr['attack']})" if asr else
               "Worst attack success rate: – (no targeted attack ran)"]
-    lines.append("Rank: among the built-in rows of its kind with a worst case at that level (1 = best).")
+    lines.append("Rank: among the complete built-in rows of its kind and battery version with a worst case at that "
+                 "level (1 = best); an incomplete card is not ranked.")
     return "\n".join(lines)
+
+
+def _incomplete_text(card: Card, shown: int = 5) -> str:
+    more = f" and {len(card.missing) - shown} more" if len(card.missing) > shown else ""
+    return (f"**Incomplete** (not ranked): {len(card.missing)} of the battery's trials missing: "
+            f"{'; '.join(card.missing[:shown])}{more}.")
 
 
 def claim_text(card: Card, claim: dict) -> str:
@@ -185,10 +234,11 @@ def cards_table(cards: list[Card]) -> Table:
     """The cards as one table (the report's section): per component, clean and worst-case accuracy per level
     with its attack and rank, and the worst attack success rate."""
     levels = sorted({lv for c in cards for lv in c.worst}, key=float)
-    header = ["component", "clean", *[f"worst@{float(lv):.0%}" for lv in levels], "worst ASR"]
+    header = ["component", "battery", "clean", *[f"worst@{float(lv):.0%}" for lv in levels], "worst ASR"]
     rows = []
     for card in cards:
-        cells = [Cell(card.component), Cell(_fmt(card.clean_acc))]
+        cells = [Cell(card.component + ("" if card.complete else " (incomplete)")), Cell(f"v{card.battery_version}"),
+                 Cell(_fmt(card.clean_acc))]
         for level in levels:
             entry = card.worst.get(level, {"undefined": ""})
             rank = card.rank.get(level)
@@ -198,7 +248,11 @@ def cards_table(cards: list[Card]) -> Table:
         cells.append(Cell(f"{_fmt(asr['asr'])} [{asr['attack']}]" if asr else "–"))
         rows.append(cells)
     notes = ["Worst case: the lowest benign accuracy over the battery's attacks at that level (mean over the "
-             "scale's datasets and seeds); #k: the rank among the built-in rows of the component's kind (1 = best); "
-             "undefined: the component's rule is not defined there (not ranked)."]
+             "scale's datasets and seeds); #k: the rank among the complete built-in rows of the component's kind and "
+             "battery version (1 = best); undefined: the component's rule is not defined there (not ranked)."]
+    incomplete = [c.component for c in cards if not c.complete]
+    if incomplete:
+        notes.append(f"Incomplete (some of the battery's current trials missing; not ranked): {', '.join(incomplete)}.")
+    notes += [f"{c.component}: {c.tuning}." for c in cards if c.tuning]
     tidy = pd.DataFrame([c.to_json() for c in cards])
     return Table("robustness_cards", "Robustness cards (the standard threat battery)", [Block(header, rows)], notes, tidy)

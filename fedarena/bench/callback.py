@@ -47,6 +47,7 @@ from fedarena.tracking.runs import (
     run_params,
 )
 from fedarena.tracking.store import STORE_ERRORS
+from fedarena.tracking.versions import FOLDED_TAG
 
 
 @dataclass
@@ -58,6 +59,7 @@ class Planned:
     resume_from: str | None = None
     resume_round: int | None = None  # the round of ``resume_from``
     resume_legacy: bool = False  # the run a previous release started (its checkpoint carries that release's hash)
+    resume_hash: str = ""  # the hash its run recorded before folding (``tracking.versions.refolded``; its checkpoint's)
 
 
 @dataclass
@@ -83,7 +85,7 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
             "suite": spec.suite, "scale": spec.scale,
             "method_label": spec.method_label, "dataset_label": spec.dataset_label,
             "attack_label": spec.attack_label, "level": str(spec.level), "diverged": "false",
-            "dataset_name": spec.config.dataset["name"], **versions}
+            "dataset_name": spec.config.dataset["name"], FOLDED_TAG: "true", **versions}
     if spec.select_group:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
     if spec.privacy_label != NO_PRIVACY:  # runs without the tag read as none (the tables' ``privacy_label``)

@@ -40,6 +40,9 @@ class Plan:
     failed: list[tuple[TrialSpec, str]] = field(default_factory=list)  # newest run failed permanently: its error
     reuse: list[tuple[TrialSpec, RunSummary]] = field(default_factory=list)  # finished in another suite: copied
     stale: list[tuple[TrialSpec, RunSummary, str]] = field(default_factory=list)  # finished at other versions: why
+    # finished runs of a trial whose cell is another today (a data seed equal to the seed, folded into the identity,
+    # now fixed for the whole cell): (run id, today's cell hash), re-tagged so the cell holds all its seeds
+    recell: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def resumed(self) -> int:
@@ -49,8 +52,8 @@ class Plan:
 def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[str, RunSummary] | None = None,
                 retry_failed: bool = False) -> Plan:
     """Each trial against the suite's runs (``own``, newest first) and the other suites' finished ones
-    (``elsewhere``, by identity): skipped where a FINISHED run of its identity exists; reused where another
-    suite finished it; skipped with its error where its newest run failed permanently (``retry_failed``
+    (``elsewhere``, by identity): skipped where a FINISHED run of its identity exists under its row's label
+    (copied where only another row's run of it does); reused where another suite finished it; skipped with its error where its newest run failed permanently (``retry_failed``
     runs it again); resumed from the newest unfinished run of its identity; else new. A FINISHED run with
     the trial's values at other versions is stale: the trial runs anew and the plan says why."""
     by_hash: dict[str, list[RunSummary]] = {}
@@ -64,8 +67,14 @@ def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[s
     plan, elsewhere = Plan(), elsewhere or {}
     for spec in specs:
         runs = by_hash.get(spec.config_hash, [])
-        if any(run.status == FINISHED for run in runs):
+        finished = [run for run in runs if run.status == FINISHED]
+        done = next((run for run in finished if run.tags.get("method_label") in (None, spec.method_label)), None)
+        if done is not None:
             plan.skipped += 1
+            if _cell_of(done) not in (None, spec.cell_hash):
+                plan.recell.append((done.run_id, spec.cell_hash))
+        elif finished:  # the same trial under another row's label (a tuned row at its defaults): copied
+            plan.reuse.append((spec, finished[0]))
         elif runs and _failed_permanently(runs[0]) and not retry_failed:
             plan.failed.append((spec, runs[0].tags.get(ERROR, "unknown error")))
         elif runs:  # newest unfinished run: continue it from its last checkpoint
@@ -80,12 +89,18 @@ def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[s
     return plan
 
 
+def _cell_of(run: RunSummary) -> str | None:
+    mapped = run.identity.cell_hash if run.identity is not None else None
+    return mapped or run.tags.get("cell_hash")
+
+
 def _resume(spec: TrialSpec, run: RunSummary) -> Planned:
     tags = run.tags
     round_tag = tags.get(CHECKPOINT_ROUND)
     legacy = bool(run.identity is not None and run.identity.legacy)
+    recorded = run.identity.recorded_hash if run.identity is not None else ""
     return Planned(spec, run.run_id, tags.get(CHECKPOINT), int(round_tag) if round_tag and tags.get(CHECKPOINT) else None,
-                   legacy)
+                   legacy, recorded)
 
 
 def stale_summary(stale: list[tuple[TrialSpec, RunSummary, str]]) -> str:

@@ -245,6 +245,8 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
         raise BenchError(checked.summary(len(plan)))
     versions = version_tags(code_version())
     link_runs(store, planned.reuse, versions, printer)
+    for run_id, cell in planned.recell:  # a finished run that belongs to another cell of this suite today
+        store.set_tags(run_id, {"cell_hash": cell})
     scale_every = suite.scales[options.scale].checkpoint_every
     if plan:
         _execute(options, suite.name, store, plan, printer, summary, scale_every, _space(options, checked))
@@ -382,7 +384,7 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
         payloads[spec.config_hash] = trial_payload(
             cfg, spec.config_hash, spec.name, checkpoint_every=every, resume_from=planned.resume_from,
             scratch=str(scratch) if scratch else None, driver=driver, round_hook=options.round_hook, cpus=options.cpus_per_trial,
-            checkpoint_budget=budget, legacy_hash=spec.legacy_hash if planned.resume_legacy else "")
+            checkpoint_budget=budget, legacy_hash=spec.legacy_hash if planned.resume_legacy else planned.resume_hash)
         names[spec.config_hash] = (index, spec.name)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     storage = str(options.storage) if "://" in str(options.storage) else Path(options.storage).resolve()

@@ -34,6 +34,7 @@ from fedarena.leaderboards.selection import chosen_runs, select_variants, select
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
 from fedarena.suites.dataset_labels import misnamed
+from fedarena.suites.tuned_labels import with_tuned_labels
 from fedarena.tracking.location import redact
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import NoRunsError, fill_hint, read_histories, read_runs
@@ -56,7 +57,7 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
     runs, stale = current_only(runs)
     finished, counts = split_status(runs)
     relabelled = relabel_notes(finished)
-    finished, chosen, other_scales = select_scale(normalize(finished), scale)
+    finished, chosen, other_scales = select_scale(normalize(with_tuned_labels(finished)), scale)
     finished, superseded = dedupe(finished)
     finished, earlier_cells = newest_cells(finished)
     finished = canonical_order(finished)
@@ -78,16 +79,25 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
 
 
 def tuned_notes(runs: pd.DataFrame) -> list[str]:
-    """Say which rows run with values ``fedarena tune`` chose, and with what budget (``bench.tuned``)."""
+    """Say which rows run with values ``fedarena tune`` chose (rows of their own, ``<label>+tuned<budget>``), with
+    what budget and on which seed (``bench.tuned``)."""
     if "tuned_budget" not in runs or "method_label" not in runs:
         return []
     notes = []
     tuned = runs.dropna(subset=["tuned_budget"])
-    for (budget, rows), part in tuned.groupby(["tuned_budget", "tuned_rows"], sort=True):
+    seeds = tuned["tuned_seeds"] if "tuned_seeds" in tuned else pd.Series(None, index=tuned.index, dtype=object)
+    tuned = tuned.assign(tuned_on=seeds.fillna("").astype(str))  # no tag: a file from before tuning_seeds
+    for (budget, rows, on), part in tuned.groupby(["tuned_budget", "tuned_rows", "tuned_on"], sort=True):
         shown = sorted(set(part["method_label"]) & set(str(rows).split(",")))
+        reported = {str(v) for v in part["seed"].dropna()} if "seed" in part else set()
+        also = sorted(set(on.split(",")) & {r.split(".")[0] for r in reported}) if on else []
+        seed = (f"on seed(s) {on}, also reported here ({', '.join(also)})" if also else
+                f"on seed {on}, none of the reported seeds" if "," not in on else f"on seeds {on}, none of them reported"
+                ) if on else "on the scale's first seed, one of the reported seeds"
         if shown:
             notes.append(f"Tuned rows (fedarena tune, {budget} configurations each, chosen on the tuning battery's "
-                         f"worst benign validation accuracy): {', '.join(shown)}; the others run at their defaults.")
+                         f"worst benign validation accuracy {seed}): {', '.join(shown)}; the others run at their "
+                         f"defaults.")
     return notes
 
 

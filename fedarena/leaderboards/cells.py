@@ -129,12 +129,14 @@ def select_scale(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
 
 
 def dedupe(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Keep the latest run of every (cell_hash, seed): a re-run supersedes the earlier trial."""
+    """Keep the latest run of every (row, cell_hash, seed): a re-run supersedes the earlier trial (two rows may hold
+    one trial: a tuned row whose values are the defaults)."""
     if "cell_hash" not in runs or "seed" not in runs:
         return runs, 0
     keyed = runs["cell_hash"].notna() & runs["seed"].notna()
     order = runs.sort_values("start_time", kind="stable") if "start_time" in runs else runs
-    latest = order[keyed.loc[order.index]].drop_duplicates(["cell_hash", "seed"], keep="last")
+    key = [c for c in ("method_label", "cell_hash", "seed") if c in runs]
+    latest = order[keyed.loc[order.index]].drop_duplicates(key, keep="last")
     kept = pd.concat([latest, runs[~keyed]]).sort_index()
     return kept, len(runs) - len(kept)
 

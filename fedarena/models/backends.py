@@ -12,9 +12,10 @@ always in ``grad`` (training), and in ``loss`` / ``outputs`` only for a model th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import lru_cache, partial
 
 import torch
 from torch import nn
@@ -23,6 +24,7 @@ from torch.func import grad_and_value, vmap
 from fedarena.models.batch import Batch
 from fedarena.models.dense import dense_descend_, dense_grad, dense_local_sgd
 from fedarena.models.functional import FlatModel
+from fedarena.models.zoo import MODELS
 
 EVAL_SALT = 0x5BD1E995  # decorrelates a step's evaluation masks from its training masks
 
@@ -150,7 +152,12 @@ class Backend:
 
 def auto_backend(model: FlatModel, device: torch.device) -> str:
     """The faster backend for ``model`` on ``device`` (``backend: auto``), by a cost model that ``make perf``
-    checks against measurements of both at paper-scale shapes:
+    checks against measurements of both at paper-scale shapes (``backend_for``)."""
+    return backend_for(*layer_kinds(model.module), device.type)
+
+
+def backend_for(batch_norm: bool, convolutions: bool, device_type: str) -> str:
+    """``auto_backend``'s pick for a model with (or without) batch norm and convolutions on a device of this type:
 
     - batch norm: sequential (the batched backend's padding would enter the batch statistics);
     - CUDA: batched (one kernel launch for all clients instead of one per client);
@@ -159,12 +166,59 @@ def auto_backend(model: FlatModel, device: torch.device) -> str:
     - CPU, otherwise: batched (plain MLPs take the explicit batched step of ``models.dense``; small linear
       models are dominated by per-client overhead, which batching removes).
     """
-    if model.has_batch_norm:
+    if batch_norm:
         return "sequential"
-    if device.type == "cuda":
+    if device_type == "cuda":
         return "batched"
-    has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.module.modules())
-    return "sequential" if has_conv else "batched"
+    return "sequential" if convolutions else "batched"
+
+
+def layer_kinds(module: nn.Module) -> tuple[bool, bool]:
+    """(has batch norm, has convolutions): what ``backend_for`` reads of a model."""
+    kinds = [type(m) for m in module.modules()]
+    return (any(issubclass(k, nn.modules.batchnorm._BatchNorm) for k in kinds),
+            any(issubclass(k, nn.modules.conv._ConvNd) for k in kinds))
+
+
+# Input shapes and class counts a model section is built at to read its layers without the data: an image, a
+# binary and a flat input (a model builds at the ones it accepts; its layers count only where all agree).
+PROBE_SHAPES = (((1, 28, 28), 10), ((3, 32, 32), 2), ((20,), 10), ((20,), 2))
+DEVICE_TYPES = ("cpu", "cuda")  # what device ``auto`` resolves to (``simulation.setup.resolve_device``)
+
+
+def planned_backend(model: dict, device: str) -> str | None:
+    """``auto_backend``'s pick for a resolved model section on a config's device, without data or machine (the
+    trial's identity, ``simulation.identity``): its layers from ``model_layer_kinds``; device ``auto`` where
+    the pick is the same on a CPU and on CUDA. None where the pick cannot be known so (the model builds at no
+    probe shape, or its layers depend on the input; device ``auto`` with a convolutional model; a device
+    name torch does not read)."""
+    kinds = model_layer_kinds(MODELS.get(model["name"]), json.dumps(model, sort_keys=True, default=str))
+    if kinds is None:
+        return None
+    if device == "auto":
+        picks = {backend_for(*kinds, device_type) for device_type in DEVICE_TYPES}
+        return picks.pop() if len(picks) == 1 else None
+    try:
+        device_type = torch.device(device).type
+    except (RuntimeError, ValueError):
+        return None
+    return backend_for(*kinds, device_type)
+
+
+@lru_cache(maxsize=512)
+def model_layer_kinds(builder: Callable[..., nn.Module], section: str) -> tuple[bool, bool] | None:
+    """``layer_kinds`` of a resolved model section (canonical JSON) that ``builder`` builds: built on the meta
+    device (no memory, no global random state touched) at each of ``PROBE_SHAPES`` it accepts; None where it
+    accepts none or the layers differ between them. Cached: a grid of many trials builds each section once."""
+    data = {k: v for k, v in json.loads(section).items() if k != "name"}
+    found = set()
+    for shape, classes in PROBE_SHAPES:
+        try:
+            with torch.random.fork_rng(devices=[]), torch.device("meta"):
+                found.add(layer_kinds(builder(shape, classes, **data)))
+        except Exception:  # noqa: BLE001 (a plugin's model may refuse a shape any way it likes, e.g. by an assert)
+            continue  # a shape the model refuses, or an operation the meta device lacks: not a layer kind
+    return found.pop() if len(found) == 1 else None
 
 
 def make_backend(choice: str, model: FlatModel, device: torch.device) -> Backend:

@@ -118,7 +118,7 @@ def write_report(suite: str, tracking_uri: str, folder: Path, *, ci: bool = True
     with redacted_errors(tracking_uri):
         tables, cells, prepared = suite_tables(suite, tracking_uri, ci=ci, scale=scale)
     facts = meta(suite, tracking_uri, prepared, now or datetime.now(UTC))
-    cards = [cards_table(report_cards(cells, prepared))] if suite == BATTERY else None  # one card per component
+    cards = [cards_table(report_cards(prepared))] if suite == BATTERY else None  # one card per component
     with tempfile.TemporaryDirectory() as tmp:
         paths, missing = figures(tracking_uri, cells, prepared, Path(tmp))
         tuning = write_tuning_figures(tuning_curves(tracking_uri, suite), Path(tmp))  # best-so-far per tuned row

@@ -13,9 +13,17 @@ Two parts (``docs/semantics.md``, "Identity"):
   model, method, attack, aggregator and pre-aggregators, every metric) and of the engine; a private trial
   (central or local DP) adds its privacy mechanism's and its accountant's (``accountant/rdp``).
 
+Settings that name what the trial would do anyway are folded: an explicit ``backend`` equal to ``auto``'s pick
+for the model and device (``models.backends.planned_backend``, from the model's layers, without data) is left
+out as ``auto`` is, and so is a ``data_seed`` equal to the seed (a null data seed partitions with the seed):
+one set of numbers, one identity. ``Identity.folded`` keeps what was folded.
+
 ``config_hash`` hashes both (the run's identity in the store); ``config_key`` hashes the values alone (the
 same trial at other versions: a finished run with the key but not the hash is stale); ``cell_hash`` is
-``config_hash`` without the seed (the seeds of one table cell).
+``config_hash`` without the seed (the seeds of one table cell), with a data seed fixed in the config even where
+``config_hash`` folds it (the seed-0 trial of ``data_seed: 0`` stays in the cell of seeds 1 and 2).
+``Identity.unfolded`` is the identity of the values as written, without folding: what a store written before
+the folding recorded for the config.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from fedarena.config import SECTIONS, ExperimentConfig, ResolvedConfig, flatten
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import expected_malicious, pre_names
+from fedarena.models.backends import planned_backend
 from fedarena.params import TrialFacts, hyperparameters
 from fedarena.privacy.accounting import ACCOUNTANT
 from fedarena.privacy.mechanisms import NONE as NO_PRIVACY
@@ -43,12 +52,15 @@ ENGINE = "engine"
 ALWAYS_KEPT = ("device",)  # top-level keys kept even at their default ("the device stays in it")
 PARTITION_KEY = "partition"  # a dataset option naming its registered partitioner
 LOCATION_KEYS = {"dataset": ("data_dir",)}  # where things are, not what is computed
+FOLDED = ("backend", "data_seed")  # top-level settings left out where they name what the trial does anyway
+CELL_KEPT = ("data_seed",)  # folded, but a fixed one still groups the seeds of its cell (``cell_hash``)
 
 
 @dataclass(frozen=True)
 class Identity:
     values: dict[str, Any]  # dotted key -> value, defaults left out
     versions: dict[str, int | str]  # "kind/name" (or "engine") -> version
+    folded: dict[str, Any] = dataclasses.field(default_factory=dict)  # settings as written, folded (FOLDED)
 
     @property
     def config_hash(self) -> str:
@@ -60,7 +72,15 @@ class Identity:
 
     @property
     def cell_hash(self) -> str:
-        return digest({"values": {k: v for k, v in self.values.items() if k != "seed"}, "versions": self.versions})
+        values = {k: v for k, v in self.values.items() if k != "seed"}
+        values.update({k: v for k, v in self.folded.items() if k in CELL_KEPT})
+        return digest({"values": values, "versions": self.versions})
+
+    @property
+    def unfolded(self) -> Identity:
+        """The identity of the values as written (nothing folded): what a store written before the folding
+        recorded for this config."""
+        return Identity(dict(sorted({**self.values, **self.folded}.items())), self.versions)
 
 
 def digest(data: Any) -> str:
@@ -89,11 +109,21 @@ def trial_identity(cfg: ExperimentConfig) -> Identity:
     cfg = resolve_config(cfg)
     facts = trial_facts(cfg)
     values = _top_level_values(cfg)
+    folded = {key: values.pop(key) for key in FOLDED if key in values and _folds(cfg, key)}
     for section in SECTIONS:
         if section == "privacy" and cfg.privacy_is_default():  # added later: at its default, no identity changes
             continue
         values.update({f"{section}.{k}": v for k, v in section_values(cfg, section, facts).items()})
-    return Identity(dict(sorted(values.items())), component_versions(cfg))
+    return Identity(dict(sorted(values.items())), component_versions(cfg), folded)
+
+
+def _folds(cfg: ResolvedConfig, key: str) -> bool:
+    """Whether a top-level setting, written, names what the trial would do without it: a backend equal to
+    ``auto``'s pick for the model and device (where that pick is known from the config alone), a data seed
+    equal to the seed."""
+    if key == "backend":
+        return cfg.backend == planned_backend(cfg.model, cfg.device)
+    return key == "data_seed" and cfg.data_seed == cfg.seed
 
 
 def _top_level_values(cfg: ResolvedConfig) -> dict[str, Any]:

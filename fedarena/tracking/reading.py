@@ -176,6 +176,8 @@ def runs_frame(runs: list[Run]) -> pd.DataFrame:
         if identity.legacy:
             row[VERSIONS_TAG] = json.dumps(identity.versions, sort_keys=True) if identity.versions else None
             row["config_hash"] = identity.config_hash
+        if identity.recorded_hash:  # recorded before folding: today's identity, so its cell meets today's runs
+            row.update(config_hash=identity.config_hash, config_key=identity.config_key, cell_hash=identity.cell_hash)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -7,6 +7,11 @@ resolved config, and ``git_sha``; its values are read back from its params, and 
 of every component it used where its commit is one whose numbers version 1 describes (``V1_COMMITS``), else
 unknown: such a run is stale, shown as such and run again, never deleted.
 
+A run recorded before ``simulation.identity`` folded settings that name what the trial does anyway (an explicit
+``backend`` equal to ``auto``'s pick, a ``data_seed`` equal to the seed) recorded the unfolded hash: where its
+params give today's identity whose unfolded hash is the one it recorded, it is read under today's (folded)
+identity, ``recorded_hash`` keeping the old one (its checkpoint carries it).
+
 A run is current when every component it used has today's version: the registered one, or, for a
 component this process does not know (a plugin it did not load), the newest version recorded in the store.
 """
@@ -24,6 +29,7 @@ from fedarena.registry import UnknownNameError
 from fedarena.simulation.identity import Identity, registered_version, stale_components, trial_identity
 
 HASH_TAG, KEY_TAG, VERSIONS_TAG = "config_hash", "config_key", "component_versions"
+FOLDED_TAG = "identity_folds"  # "true" on runs recorded with folded identities (nothing to refold on read)
 LEGACY_HASH_TAG = "legacy_config_hash"  # what a previous release recorded as config_hash (set when upgraded)
 TRUNCATED = "..."  # the end of a param value cut to MLflow's length limit
 
@@ -52,6 +58,8 @@ class RunIdentity:
     versions: dict[str, int | str] | None
     legacy: bool = False
     commit: str = ""
+    cell_hash: str | None = None  # today's cell hash where it differs from the recorded one (a refolded run)
+    recorded_hash: str = ""  # the hash the run recorded, where it is read under another (a refolded run)
 
     def why_stale(self, current: Mapping[str, int | str]) -> str:
         """Why this run is not of today's identity (its key being today's): the components whose version differs."""
@@ -67,6 +75,10 @@ def run_identity(params: Mapping[str, str], tags: Mapping[str, str]) -> RunIdent
             versions = json.loads(tags[VERSIONS_TAG])
         except ValueError:
             versions = None
+        today = refolded(params, tags.get(HASH_TAG), versions) if versions and FOLDED_TAG not in tags else None
+        if today is not None:
+            return RunIdentity(today.config_hash, today.config_key, versions, cell_hash=today.cell_hash,
+                               recorded_hash=str(tags[HASH_TAG]))
         return RunIdentity(tags.get(HASH_TAG) if versions else None, tags.get(KEY_TAG), versions)
     commit = str(tags.get("git_sha", ""))
     identity = legacy_identity(params)
@@ -76,6 +88,19 @@ def run_identity(params: Mapping[str, str], tags: Mapping[str, str]) -> RunIdent
         return RunIdentity(None, identity.config_key, None, True, commit)
     versions = {key: 1 for key in identity.versions}
     return RunIdentity(Identity(identity.values, versions).config_hash, identity.config_key, versions, True, commit)
+
+
+def refolded(params: Mapping[str, str], recorded: str | None, versions: dict[str, int | str]) -> Identity | None:
+    """The folded identity, at the versions it ran with, of a run that recorded ``recorded`` before its settings
+    were folded (None where nothing folds, or the recorded hash is not the unfolded one of its values and
+    versions: then it is read as recorded). At older versions it keeps today's key: stale, and said so."""
+    if params.get("backend", "auto") == "auto" and params.get("data_seed", "None") in ("None", ""):
+        return None  # the cheap test first: only an explicit backend or data seed can fold
+    today = legacy_identity(params)
+    if today is None or not today.folded:
+        return None
+    as_run = Identity(today.values, dict(versions), today.folded)
+    return as_run if as_run.unfolded.config_hash == recorded else None
 
 
 def legacy_identity(params: Mapping[str, str]) -> Identity | None:

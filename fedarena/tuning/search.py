@@ -10,7 +10,8 @@ worst validation accuracy and each attack's as metrics; tags: the search's key, 
 trial id, whether ASHA let it finish) and one ``choice`` run per search (the chosen values, trials run, the
 best-so-far curve); then the frozen file (``bench.tuned``). A search whose ``choice`` run is in the store is not
 run again; a killed one resumes from Ray Tune's experiment folder (``storage/fedarena-tune/<key>``): its finished
-configurations are not run again.
+configurations are not run again. A search in which no configuration finished every tuning attack is an error
+(``outcome_of``), never a frozen choice over fewer attacks.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import all_runs
 from fedarena.tracking.store import check_store, suite_experiment
 from fedarena.tuning.objective import OBJECTIVE, PROGRESS, plain, tune_trial
-from fedarena.tuning.targets import Target, TuneError, check_budget, targets_of, tuning_battery
+from fedarena.tuning.targets import Target, TuneError, check_budget, targets_of, tuning_battery, tuning_seeds
 
 EXPERIMENT = "tune"
 SEARCHERS = ("random", "optuna")
@@ -75,6 +76,8 @@ def tune(suite: str | Path | None = None, *, scale: str = "quick", budget: int =
     targets, skipped = targets_of(chosen, scale, rows=rows, keys=tuple(keys), extra=extra)
     if not targets:
         raise TuneError(f"nothing to tune in {chosen.name} at {scale}: {'; '.join(f'{k}: {v}' for k, v in skipped.items())}")
+    for pair, why in skipped.items():
+        emit(f"{pair}: not tuned ({why}); it runs as written there")
     level, attacks, version = tuning_battery()
     settings = {"budget": budget, "searcher": searcher, "seed": seed, "battery_version": version}
     uri = resolve_uri(tracking_uri)
@@ -94,9 +97,11 @@ def tune(suite: str | Path | None = None, *, scale: str = "quick", budget: int =
             outcomes.setdefault(target.row, {})[target.dataset] = {
                 "values": outcome.values, "trials": outcome.trials, "objective": round(outcome.objective, 6),
                 "curve": [round(v, 6) for v in outcome.curve], "key": key}
+    seeds = list(tuning_seeds(chosen))
     data = {"suite": chosen.name, "scale": scale, "budget": budget, "searcher": searcher, "seed": seed,
-            "battery_version": version,
-            "objective": f"worst {OBJECTIVE} over {', '.join(a.label for a in attacks)} at {level:g}",
+            "battery_version": version, "tuning_seeds": seeds,
+            "objective": f"worst {OBJECTIVE} over {', '.join(a.label for a in attacks)} at {level:g} on seed "
+                         f"{', '.join(map(str, seeds))} (no reported seed)",
             "rows": outcomes, **({"skipped": skipped} if skipped else {})}
     write_frozen(data, out)
     use = (f"fedarena evaluate --{'aggregator' if aggregator else 'method'} {aggregator or method}"
@@ -181,6 +186,10 @@ def outcome_of(grid, target: Target, key: str) -> Outcome:
         if r.metrics[PROGRESS] == full and r.metrics["objective"] > best:
             best, best_values = float(r.metrics["objective"]), {k: plain(r.config[k]) for k in target.space}
         curve.append(max(best, 0.0))
+    if not best_values:  # an objective over fewer attacks is not the objective: no frozen -1
+        done = max(int(r.metrics[PROGRESS]) for r in results)
+        raise TuneError(f"{target.row} {target.dataset}: no configuration finished the tuning battery ({len(results)} "
+                        f"configurations ran, the furthest {done} of its {full} attacks); nothing to choose")
     configs = [({k: plain(r.config[k]) for k in target.space}, dict(r.metrics)) for r in results]
     return Outcome(best_values, best, len(results), curve, key, configs=configs)
 

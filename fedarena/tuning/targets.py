@@ -1,12 +1,15 @@
 """What one tuning search covers: a suite row on one dataset, its search space and its tuning-battery runs.
 
 The tuning battery (``battery.yaml``'s ``tuning``: attacks at one level) replaces the suite's attacks; every row
-runs it on the scale's datasets with the scale's first seed, so every row is scored on the same validation data.
-A row's space: its method's and aggregator's declared domains (``search=`` where they register), less the
-hyperparameters the row sets itself (its label names them, e.g. ``fair_term_t1``), plus the shared keys
-(``space.DEFAULT_SHARED``, the learning rate) and the user's ``--space``. A row's ``select`` is dropped: the
-search covers the values it would choose among. A suite with a privacy axis is tuned without differential privacy
-(its ``none`` entry, else its first). Every check runs here, before Ray.
+runs all of it on the scale's datasets with one seed past every seed the suite reports (``tuning_seeds``: the
+largest of its scales' seeds plus one), so every row is scored on the same validation data, and no reported run
+shares the realisation (partition, malicious set, initialisation) the values were chosen on. A row that cannot run
+one of the tuning attacks on a dataset (the suite leaves it out) is not tuned there, never tuned on fewer attacks:
+it is reported as skipped, with why. A row's space: its method's and aggregator's declared domains (``search=``
+where they register), less the hyperparameters the row sets itself (its label names them, e.g. ``fair_term_t1``),
+plus the shared keys (``space.DEFAULT_SHARED``, the learning rate) and the user's ``--space``. A row's ``select``
+is dropped: the search covers the values it would choose among. A suite with a privacy axis is tuned without
+differential privacy (its ``none`` entry, else its first). Every check runs here, before Ray.
 """
 
 from __future__ import annotations
@@ -60,11 +63,16 @@ def check_budget(budget: Any) -> int:
     return budget
 
 
+def tuning_seeds(suite: Suite) -> tuple[int, ...]:
+    """The run seeds a search runs on: one past the largest seed any of the suite's scales reports."""
+    return (max((seed for s in suite.scales.values() for seed in s.seeds), default=-1) + 1,)
+
+
 def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
                keys: tuple[str, ...] = DEFAULT_SHARED, extra: dict[str, Domain] | None = None
                ) -> tuple[list[Target], dict[str, str]]:
-    """The searches of ``suite`` at ``scale`` (its ``rows``, default all of the scale's), and the rows left out
-    with why (every tuning attack excluded for them at the level)."""
+    """The searches of ``suite`` at ``scale`` (its ``rows``, default all of the scale's), and the (row dataset)
+    pairs left out with why (a tuning attack excluded for the row there at the level)."""
     if scale not in suite.scales:
         raise TuneError(f"{suite.name} has no scale {scale!r}; its scales: {', '.join(suite.scales)}")
     unknown = sorted(set(keys) - set(SHARED))
@@ -81,7 +89,7 @@ def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
     privacy = _without_dp(suite)  # one privacy setting: the search runs without differential privacy where it can
     tuning = replace(suite, methods=tuple(replace(entries[label], select=None) for label in wanted), attacks=attacks,
                      privacy=(privacy,),
-                     scales={scale: replace(chosen, methods=None, attacks=None, seeds=chosen.seeds[:1],
+                     scales={scale: replace(chosen, methods=None, attacks=None, seeds=tuning_seeds(suite),
                                             privacy=None)})
     specs = expand(tuning, scale)
     targets, skipped = [], {}
@@ -89,8 +97,13 @@ def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
         for dataset in chosen.datasets:
             runs = tuple((s.attack_label, s.config.to_dict()) for s in specs
                          if s.method_label == label and s.dataset_label == dataset.label)
-            if not runs:
+            missing = [a.label for a in attacks if a.label not in {attack for attack, _ in runs}]
+            if len(missing) == len(attacks):
                 skipped[f"{label} {dataset.label}"] = f"every tuning attack is left out at level {level:g}"
+                continue
+            if missing:  # the same objective for every row: not the worst case over fewer attacks
+                skipped[f"{label} {dataset.label}"] = (f"the suite leaves out tuning attack {', '.join(missing)} at "
+                                                       f"level {level:g}: not tuned on fewer attacks")
                 continue
             space = row_space(entries[label], runs[0][1], keys, extra or {})
             targets.append(Target(label, dataset.label, space, runs))

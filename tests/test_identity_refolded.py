@@ -1,0 +1,141 @@
+"""A store written before identities folded equal configs (an explicit backend equal to auto's pick, a data seed
+equal to the seed) keeps working: its runs are read under today's identity, skipped when finished, and an
+unfinished one resumes from a checkpoint that carries the hash it recorded (issue 58)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from fedarena.bench.grid import TrialSpec
+from fedarena.bench.plan import plan_trials
+from fedarena.config import ExperimentConfig
+from fedarena.sections import resolve_config
+from fedarena.simulation.identity import trial_identity
+from fedarena.tracking.reading import RunSummary
+from fedarena.tracking.runs import run_params
+from fedarena.tracking.versions import run_identity
+
+QUICK = {"dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [16]}, "rounds": 2,
+         "clients_per_round": 5, "backend": "batched", "seed": 1}  # a quick suite's row: auto picks batched
+
+
+def recorded_before(cfg: ExperimentConfig) -> tuple[dict, dict]:
+    """(params, tags) as the bench recorded the trial before folding (its unfolded identity)."""
+    resolved = resolve_config(cfg)
+    old = trial_identity(cfg).unfolded
+    tags = {"config_hash": old.config_hash, "config_key": old.config_key, "cell_hash": old.cell_hash,
+            "component_versions": json.dumps(old.versions, sort_keys=True), "checkpoint": "/ck/1",
+            "checkpoint_round": "1"}
+    return run_params(resolved.flat()), tags
+
+
+@pytest.mark.parametrize("patch", [{}, {"data_seed": 1}])
+def test_a_run_recorded_before_folding_is_read_under_todays_identity(patch):
+    cfg = ExperimentConfig.from_dict({**QUICK, **patch})
+    today = trial_identity(cfg)
+    params, tags = recorded_before(cfg)
+    assert today.config_hash != tags["config_hash"]  # the fold moved this config's hash
+    identity = run_identity(params, tags)
+    assert (identity.config_hash, identity.config_key, identity.cell_hash) == (
+        today.config_hash, today.config_key, today.cell_hash)
+    assert identity.recorded_hash == tags["config_hash"]
+
+
+def test_a_finished_run_is_skipped_and_an_unfinished_one_resumes_from_its_recorded_hash():
+    cfg = ExperimentConfig.from_dict(QUICK)
+    today = trial_identity(cfg)
+    params, tags = recorded_before(cfg)
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    finished = RunSummary("r1", "FINISHED", tags, 10, run_identity(params, tags))
+    assert plan_trials([spec], [finished]).skipped == 1
+    killed = RunSummary("r2", "KILLED", tags, 10, run_identity(params, tags))
+    planned = plan_trials([spec], [killed]).pending[today.config_hash]
+    assert (planned.run_id, planned.resume_from, planned.resume_hash) == ("r2", "/ck/1", tags["config_hash"])
+
+
+def test_a_run_that_recorded_todays_hash_or_another_is_read_as_recorded():
+    cfg = ExperimentConfig.from_dict(QUICK)
+    params, tags = recorded_before(cfg)
+    today = trial_identity(cfg)
+    for recorded in (today.config_hash, "0123456789abcdef"):
+        identity = run_identity(params, {**tags, "config_hash": recorded})
+        assert identity.config_hash == recorded and identity.recorded_hash == "" and identity.cell_hash is None
+
+
+def test_the_tables_read_a_refolded_run_in_todays_cell():
+    from fedarena.tracking.reading import runs_frame
+
+    cfg = ExperimentConfig.from_dict(QUICK)
+    params, tags = recorded_before(cfg)
+
+    class Run:  # the parts of an MLflow run that runs_frame reads
+        class info:
+            run_id, status, start_time = "r1", "FINISHED", 1
+
+        class data:
+            pass
+
+    Run.data.params, Run.data.tags, Run.data.metrics = params, tags, {"acc_pooled": 0.5}
+    frame = runs_frame([Run])
+    today = trial_identity(cfg)
+    assert isinstance(frame, pd.DataFrame)
+    assert frame.loc[0, ["config_hash", "cell_hash"]].tolist() == [today.config_hash, today.cell_hash]
+
+
+def test_a_finished_run_whose_cell_changed_is_skipped_and_moved_into_todays_cell():
+    # Prepare: seed 0 finished with data_seed null; the suite now fixes data_seed 0 for its seeds (one identity
+    # for seed 0, another cell)
+    before = trial_identity(ExperimentConfig.from_dict({**QUICK, "seed": 0}))
+    cfg = ExperimentConfig.from_dict({**QUICK, "seed": 0, "data_seed": 0})
+    today = trial_identity(cfg)
+    assert today.config_hash == before.config_hash and today.cell_hash != before.cell_hash
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 0, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    tags = {"config_hash": before.config_hash, "cell_hash": before.cell_hash,
+            "component_versions": json.dumps(before.versions)}
+    finished = RunSummary("r1", "FINISHED", tags, 10, run_identity({}, tags))
+    # Execute
+    plan = plan_trials([spec], [finished])
+    # Assert: not run again, re-tagged into today's cell (where seeds 1 and 2 of data_seed 0 go)
+    assert plan.skipped == 1 and plan.recell == [("r1", today.cell_hash)]
+    assert plan_trials([spec], [RunSummary("r1", "FINISHED", {**tags, "cell_hash": today.cell_hash}, 10,
+                                           run_identity({}, tags))]).recell == []
+
+
+def test_a_run_recorded_before_folding_at_older_versions_is_stale_with_its_reason():
+    cfg = ExperimentConfig.from_dict(QUICK)
+    today = trial_identity(cfg)
+    older = {**today.versions, "aggregator/mean": 0}
+    unfolded_then = type(today)(today.values, older, today.folded).unfolded
+    params, _ = recorded_before(cfg)
+    tags = {"config_hash": unfolded_then.config_hash, "config_key": unfolded_then.config_key,
+            "component_versions": json.dumps(older)}
+    identity = run_identity(params, tags)
+    assert identity.config_key == today.config_key and identity.config_hash != today.config_hash
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    plan = plan_trials([spec], [RunSummary("r1", "FINISHED", tags, 10, identity)])
+    assert [why for _, _, why in plan.stale] == ["aggregator/mean v0 -> v1"] and len(plan.pending) == 1
+
+
+def test_a_run_recorded_with_folded_identities_is_never_recomputed_on_read():
+    cfg = ExperimentConfig.from_dict(QUICK)
+    params, tags = recorded_before(cfg)
+    identity = run_identity(params, {**tags, "identity_folds": "true"})
+    assert identity.config_hash == tags["config_hash"] and identity.recorded_hash == ""
+
+
+def test_a_trial_finished_under_another_rows_label_is_copied_not_skipped():
+    # a tuned row whose chosen values are the defaults: the default row's run is the same trial
+    cfg = ExperimentConfig.from_dict(QUICK)
+    today = trial_identity(cfg)
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "krum+tuned8", "digits", "clean", 0.0, 1, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    tags = {"config_hash": today.config_hash, "component_versions": json.dumps(today.versions), "identity_folds": "true"}
+    default = RunSummary("r1", "FINISHED", {**tags, "method_label": "krum"}, 10, run_identity({}, tags))
+    plan = plan_trials([spec], [default])
+    assert plan.skipped == 0 and [(s.method_label, r.run_id) for s, r in plan.reuse] == [("krum+tuned8", "r1")]
+    copied = RunSummary("r2", "FINISHED", {**tags, "method_label": "krum+tuned8"}, 20, run_identity({}, tags))
+    assert plan_trials([spec], [copied, default]).skipped == 1
