@@ -7,7 +7,10 @@ import pytest
 import yaml
 
 import fedarena
+from fedarena.battery.definition import battery_suite, row_of
+from fedarena.battery.harness import store_cards
 from fedarena.bench.progress import Printer
+from fedarena.bench.tuned import with_tuned
 from fedarena.report.compose import build_report
 
 pytestmark = pytest.mark.integration  # real processes: Ray
@@ -64,6 +67,10 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     assert tuned.component == "aggregator.median+tuned2" and tuned.complete and "2 configurations" in tuned.tuning
     assert median_after.to_json() == median.to_json() and mine_after.rank == mine.rank
     assert tuned.clean_acc != median.clean_acc
+    battery = battery_suite([row_of("aggregator", "median")], "smoke")
+    during = store_cards(uri, battery, tuned=with_tuned(battery.suite, "smoke", frozen))  # what the tuned call ranked
+    assert during["aggregator.median"].to_json() == median.to_json()
+    assert during["aggregator.median+tuned2"].complete
     page = build_report("battery", uri, tmp_path / "report").read_text()
     assert "Robustness cards" in page and "aggregator.shrunk_mean+factor0.8" in page
     assert "aggregator.median+tuned2" in page and "(incomplete)" not in page

@@ -99,7 +99,7 @@ def test_a_finished_run_whose_cell_changed_is_skipped_and_moved_into_todays_cell
     # Execute
     plan = plan_trials([spec], [finished])
     # Assert: not run again, re-tagged into today's cell (where seeds 1 and 2 of data_seed 0 go)
-    assert plan.skipped == 1 and plan.recell == [("r1", today.cell_hash)]
+    assert plan.skipped == 1 and [(run.run_id, s.cell_hash) for run, s in plan.recell] == [("r1", today.cell_hash)]
     assert plan_trials([spec], [RunSummary("r1", "FINISHED", {**tags, "cell_hash": today.cell_hash}, 10,
                                            run_identity({}, tags))]).recell == []
 
@@ -139,3 +139,32 @@ def test_a_trial_finished_under_another_rows_label_is_copied_not_skipped():
     assert plan.skipped == 0 and [(s.method_label, r.run_id) for s, r in plan.reuse] == [("krum+tuned8", "r1")]
     copied = RunSummary("r2", "FINISHED", {**tags, "method_label": "krum+tuned8"}, 20, run_identity({}, tags))
     assert plan_trials([spec], [copied, default]).skipped == 1
+
+
+def test_an_old_tuned_run_under_the_default_label_is_not_the_default_rows_and_a_rename_is_skipped():
+    cfg = ExperimentConfig.from_dict(QUICK)
+    today = trial_identity(cfg)
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "krum", "digits", "clean", 0.0, 1, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    tags = {"config_hash": today.config_hash, "component_versions": json.dumps(today.versions), "identity_folds": "true"}
+    old_tuned = RunSummary("r1", "FINISHED", {**tags, "method_label": "krum", "tuned_rows": "krum,median"}, 10,
+                           run_identity({}, tags))
+    plan = plan_trials([spec], [old_tuned])
+    assert plan.skipped == 0 and [r.run_id for _, r in plan.reuse] == ["r1"]  # the same trial: copied, not computed
+    renamed = RunSummary("r2", "FINISHED", {**tags, "method_label": "krum_old"}, 10, run_identity({}, tags))
+    assert plan_trials([spec], [renamed]).skipped == 1  # another label, no tuned row: as before
+
+
+def test_a_run_resumed_once_after_folding_resumes_again_from_its_old_checkpoint():
+    from fedarena.bench.callback import identity_tags
+
+    cfg = ExperimentConfig.from_dict(QUICK)
+    today = trial_identity(cfg)
+    params, tags = recorded_before(cfg)
+    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    first = plan_trials([spec], [RunSummary("r1", "KILLED", tags, 10, run_identity(params, tags))]).pending
+    # the first resume rewrites the run's identity tags (as on_trial_start does) and keeps the checkpoint's hash
+    retagged = {**tags, **identity_tags(spec, {}), "checkpoint_config_hash": first[today.config_hash].resume_hash}
+    second = plan_trials([spec], [RunSummary("r1", "KILLED", retagged, 10, run_identity(params, retagged))]).pending
+    assert second[today.config_hash].resume_hash == tags["config_hash"] == first[today.config_hash].resume_hash

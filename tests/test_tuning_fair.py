@@ -187,4 +187,5 @@ def test_a_tuned_row_and_its_default_row_holding_one_trial_both_keep_their_run()
     runs = pd.DataFrame({"method_label": ["krum", "krum+tuned8", "krum"], "cell_hash": ["c", "c", "c"],
                          "seed": [0, 0, 0], "start_time": [1, 2, 3]})
     kept, dropped = dedupe(runs)
-    assert dropped == 1 and sorted(zip(kept["method_label"], kept["start_time"])) == [("krum", 3), ("krum+tuned8", 2)]
+    pairs = sorted(zip(kept["method_label"], kept["start_time"], strict=True))
+    assert dropped == 1 and pairs == [("krum", 3), ("krum+tuned8", 2)]

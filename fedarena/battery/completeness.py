@@ -15,6 +15,7 @@ import pandas as pd
 
 from fedarena.battery.definition import Battery, BatteryError, Row, battery_suite, load_battery, row_of
 from fedarena.bench.grid import expand
+from fedarena.bench.suite import Suite
 from fedarena.suites.tuned_labels import TUNED
 
 TRIAL = "battery_trial"  # the column a run's trial key is put in: its identity, or its setting text
@@ -101,13 +102,31 @@ def recorded_version(runs: pd.DataFrame) -> int:
     return int(numbers.max()) if len(numbers) else 0
 
 
-def tuned_undefined(battery: Battery) -> dict[str, dict]:
+def tuned_trials(tuned: Suite, scale: str, default: dict[str, dict[str, str]], device: str = "cpu"
+                 ) -> dict[str, dict[str, str]]:
+    """label -> trials of each tuned row (``<label>+tuned<b>``) of a suite ``with_tuned`` made: its own on the
+    datasets it was tuned on, and, as never present, its default row's on the others (a card over fewer
+    datasets than the battery's is incomplete)."""
+    out: dict[str, dict[str, str]] = {}
+    for spec in expand(tuned, scale, device=device):
+        if TUNED in spec.method_label:
+            out.setdefault(spec.method_label, {})[spec.config_hash] = setting_text(
+                spec.attack_label, spec.level, spec.dataset_label, spec.seed)
+    for label, trials in out.items():
+        tuned_on = {text.split()[1] for text in trials.values()}
+        for text in default.get(label.split(TUNED, 1)[0], {}).values():
+            if text.split()[1] not in tuned_on:
+                trials[f"untuned {text}"] = f"{text} (not tuned on this dataset)"
+    return out
+
+
+def tuned_undefined(tuned: Suite, undefined: dict[str, dict]) -> dict[str, dict]:
     """A tuned row's undefined settings are its default row's (``bench.tuned`` labels it ``<label>+tuned<b>``)."""
     out = {}
-    for entry in battery.suite.methods:
+    for entry in tuned.methods:
         base = entry.label.split(TUNED, 1)[0]
-        if base != entry.label and base in battery.undefined:
-            out[entry.label] = battery.undefined[base]
+        if base != entry.label and base in undefined:
+            out[entry.label] = undefined[base]
     return out
 
 

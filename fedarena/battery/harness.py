@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +26,7 @@ from fedarena.battery.completeness import (
     keyed_runs,
     rebuilt,
     recorded_version,
+    tuned_trials,
     tuned_undefined,
     tuning_note,
 )
@@ -41,11 +41,13 @@ from fedarena.battery.definition import (
 )
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
+from fedarena.bench.suite import Suite
 from fedarena.bench.tuned import read_frozen, tuned_label_of, with_tuned
 from fedarena.contracts import load_checked
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
+from fedarena.suites.tuned_labels import TUNED
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import read_runs
 
@@ -65,15 +67,15 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
         _check_tuned_version(tuned)
     uri = resolve_uri(tracking_uri)
     battery = battery_suite(rows, scale)
-    if tuned is not None:
-        battery = replace(battery, suite=with_tuned(battery.suite, scale, tuned))
+    suite = with_tuned(battery.suite, scale, tuned) if tuned is not None else battery.suite
     summary = run_bench(BenchOptions(NAME, scale, tracking_uri=uri, include=tuple(map(str, include)), **options),
-                        printer, suite=battery.suite)
+                        printer, suite=suite)
     if not summary.ok:
         raise BatteryError(f"the battery did not finish ({summary.finished} finished, {summary.failed} failed, "
                            f"{summary.killed} interrupted); run the same command again: it resumes")
-    cards = store_cards(uri, battery, "cuda" if options.get("gpus_per_trial", 0) > 0 else "cpu")
-    labels = [tuned_label_of(battery.suite, r.label) for r in rows]  # a tuned row runs under its own label
+    cards = store_cards(uri, battery, "cuda" if options.get("gpus_per_trial", 0) > 0 else "cpu",
+                        suite if tuned is not None else None)
+    labels = [tuned_label_of(suite, r.label) for r in rows]  # a tuned row runs under its own label
     wanted = [cards[label] for label in labels if label in cards]
     for card in wanted:
         emit(card_text(card))
@@ -103,15 +105,20 @@ def _rows(aggregator, method, builtin: bool, settings: dict | None):
     return [row_of(chosen[0], aggregator or method, settings)]
 
 
-def store_cards(uri: str, battery: Battery, device: str = "cpu") -> dict[str, Card]:
+def store_cards(uri: str, battery: Battery, device: str = "cpu", tuned: Suite | None = None) -> dict[str, Card]:
     """The card of every row in the store's battery experiment at the battery's scale, ranked (``device``: the
-    one the battery's trials ran on, part of their identity)."""
+    one the battery's trials ran on, part of their identity; ``tuned``: the battery ``with_tuned`` made, whose
+    tuned rows are rows of their own beside ``battery``'s)."""
     prepared, _ = prepare_runs(read_runs(uri, NAME), battery.scale)
     levels = sorted({lv for a in battery.suite.attacks for lv in a.levels if lv > 0})
-    labels = sorted(set(prepared["method_label"].astype(str)) if not prepared.empty else set()
-                    | {r.label for r in battery.rows})  # a row that ran nothing: every setting undefined
+    tuned_labels = {m.label for m in tuned.methods if TUNED in m.label} if tuned is not None else set()
+    labels = sorted((set(prepared["method_label"].astype(str)) if not prepared.empty else set())
+                    | {r.label for r in battery.rows} | tuned_labels)  # a row that ran nothing: every setting undefined
     expected = expected_trials(battery, labels, device)
-    undefined = {**tuned_undefined(battery), **battery.undefined}
+    undefined = dict(battery.undefined)
+    if tuned is not None:
+        expected.update(tuned_trials(tuned, battery.scale, expected, device))
+        undefined.update(tuned_undefined(tuned, battery.undefined))
     cards = cards_of_rows(prepared, labels, expected, set(), battery.scale, levels, undefined)
     rank_cards(list(cards.values()), {r.label for r in builtin_rows()})
     return cards

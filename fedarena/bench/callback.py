@@ -47,7 +47,7 @@ from fedarena.tracking.runs import (
     run_params,
 )
 from fedarena.tracking.store import STORE_ERRORS
-from fedarena.tracking.versions import FOLDED_TAG
+from fedarena.tracking.versions import CHECKPOINT_HASH_TAG, FOLDED_TAG
 
 
 @dataclass
@@ -173,6 +173,8 @@ class TrackingCallback(tune.Callback):
         tags[NOTE_TAG] = run_note(tags, spec.config.flat())  # the run's description in the MLflow UI
         if planned.run_id:
             last = self.store.reopen(planned.run_id)
+            if planned.resume_hash:  # its checkpoint carries the hash recorded before folding: kept for a later resume
+                tags[CHECKPOINT_HASH_TAG] = planned.resume_hash
             self.store.set_tags(planned.run_id, tags)
             self.active[trial.trial_id] = Active(spec, planned.run_id, last, planned.resume_round)
             self._event(trials, f"{spec.name}: resuming run {planned.run_id[:8]} (metrics up to round {last})")

@@ -14,6 +14,7 @@ from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
 from fedarena.datasets.files.fetch import info, info_text
 from fedarena.errors import ConfigError
+from fedarena.suites.tuned_labels import TUNED
 from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (
     CHECKPOINT,
@@ -25,6 +26,7 @@ from fedarena.tracking.runs import (
     PERMANENT,
     RunSummary,
 )
+from fedarena.tracking.versions import CHECKPOINT_HASH_TAG, FOLDED_TAG
 
 
 class BenchError(ConfigError):
@@ -41,8 +43,8 @@ class Plan:
     reuse: list[tuple[TrialSpec, RunSummary]] = field(default_factory=list)  # finished in another suite: copied
     stale: list[tuple[TrialSpec, RunSummary, str]] = field(default_factory=list)  # finished at other versions: why
     # finished runs of a trial whose cell is another today (a data seed equal to the seed, folded into the identity,
-    # now fixed for the whole cell): (run id, today's cell hash), re-tagged so the cell holds all its seeds
-    recell: list[tuple[str, str]] = field(default_factory=list)
+    # now fixed for the whole cell): re-tagged with the spec's identity so the cell holds all its seeds
+    recell: list[tuple[RunSummary, TrialSpec]] = field(default_factory=list)
 
     @property
     def resumed(self) -> int:
@@ -68,12 +70,12 @@ def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[s
     for spec in specs:
         runs = by_hash.get(spec.config_hash, [])
         finished = [run for run in runs if run.status == FINISHED]
-        done = next((run for run in finished if run.tags.get("method_label") in (None, spec.method_label)), None)
+        done = next((run for run in finished if _counts_for(run, spec)), None)
         if done is not None:
             plan.skipped += 1
             if _cell_of(done) not in (None, spec.cell_hash):
-                plan.recell.append((done.run_id, spec.cell_hash))
-        elif finished:  # the same trial under another row's label (a tuned row at its defaults): copied
+                plan.recell.append((done, spec))
+        elif finished:  # the same trial under a tuned row's label and its default row's: copied, not computed
             plan.reuse.append((spec, finished[0]))
         elif runs and _failed_permanently(runs[0]) and not retry_failed:
             plan.failed.append((spec, runs[0].tags.get(ERROR, "unknown error")))
@@ -89,18 +91,37 @@ def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[s
     return plan
 
 
+def _counts_for(run: RunSummary, spec: TrialSpec) -> bool:
+    """Whether a finished run of the spec's identity is the spec's own: one row's run does not count for a tuned
+    row holding the same trial (a tuned row at its defaults), nor for the default row where it is a tuned row's
+    run recorded, before tuned rows had labels of their own, under the default label."""
+    label = run.tags.get("method_label")
+    tuned_before = label is not None and TUNED not in label and label in run.tags.get("tuned_rows", "").split(",")
+    if label is None or (label == spec.method_label and not tuned_before):
+        return True
+    return not (tuned_before or TUNED in spec.method_label or TUNED in label)  # other renames: as before, skipped
+
+
 def _cell_of(run: RunSummary) -> str | None:
-    mapped = run.identity.cell_hash if run.identity is not None else None
-    return mapped or run.tags.get("cell_hash")
+    """A current run's cell as read (None for a previous release's run: its old-format tag is left alone)."""
+    if run.identity is None or run.identity.legacy:
+        return None
+    return run.identity.cell_hash or run.tags.get("cell_hash")
 
 
 def _resume(spec: TrialSpec, run: RunSummary) -> Planned:
     tags = run.tags
     round_tag = tags.get(CHECKPOINT_ROUND)
     legacy = bool(run.identity is not None and run.identity.legacy)
-    recorded = run.identity.recorded_hash if run.identity is not None else ""
+    recorded = (run.identity.recorded_hash if run.identity is not None else "") or tags.get(CHECKPOINT_HASH_TAG, "")
     return Planned(spec, run.run_id, tags.get(CHECKPOINT), int(round_tag) if round_tag and tags.get(CHECKPOINT) else None,
                    legacy, recorded)
+
+
+def recell_tags(spec: TrialSpec) -> dict[str, str]:
+    """The tags that move a finished run into the spec's cell: its folded identity (read as recorded from then)."""
+    return {"config_hash": spec.config_hash, "config_key": spec.config_key, "cell_hash": spec.cell_hash,
+            FOLDED_TAG: "true"}
 
 
 def stale_summary(stale: list[tuple[TrialSpec, RunSummary, str]]) -> str:

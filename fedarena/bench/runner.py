@@ -55,6 +55,7 @@ from fedarena.bench.plan import (
     lock_folder,
     plan_trials,
     print_plan,
+    recell_tags,
     stale_summary,
 )
 from fedarena.bench.preflight import preflight
@@ -245,8 +246,8 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
         raise BenchError(checked.summary(len(plan)))
     versions = version_tags(code_version())
     link_runs(store, planned.reuse, versions, printer)
-    for run_id, cell in planned.recell:  # a finished run that belongs to another cell of this suite today
-        store.set_tags(run_id, {"cell_hash": cell})
+    for run, spec in planned.recell:  # a finished run that belongs to another cell of this suite today
+        store.set_tags(run.run_id, recell_tags(spec))
     scale_every = suite.scales[options.scale].checkpoint_every
     if plan:
         _execute(options, suite.name, store, plan, printer, summary, scale_every, _space(options, checked))

@@ -30,6 +30,7 @@ from fedarena.simulation.identity import Identity, registered_version, stale_com
 
 HASH_TAG, KEY_TAG, VERSIONS_TAG = "config_hash", "config_key", "component_versions"
 FOLDED_TAG = "identity_folds"  # "true" on runs recorded with folded identities (nothing to refold on read)
+CHECKPOINT_HASH_TAG = "checkpoint_config_hash"  # the hash a resumed run's checkpoint carries (recorded before folding)
 LEGACY_HASH_TAG = "legacy_config_hash"  # what a previous release recorded as config_hash (set when upgraded)
 TRUNCATED = "..."  # the end of a param value cut to MLflow's length limit
 
