@@ -12,7 +12,7 @@ FORMAT ?= markdown
 OUT ?= leaderboards
 BENCH_ARGS ?=
 
-.PHONY: install test benchmark perf perf-paper lint ui leaderboards report clean
+.PHONY: install test benchmark perf perf-paper lint ui leaderboards report mutants clean
 
 # `make install EXTRAS=postgres` adds install extras (comma-separated) to the dev install.
 install: $(STAMP)
@@ -49,6 +49,15 @@ perf: install
 PERF_ROUNDS ?= 3
 perf-paper: install
 	$(BIN)/python -m fedarena.perf.paper_scale --rounds $(PERF_ROUNDS)
+
+# Mutation testing of one module, in a copy of the tree, against the tests tests/mutants.toml names for it:
+# killed / survived / timed out and every surviving mutant (docs/testing.md). Installs mutmut (the extra
+# `mutation`, from the package registry) on first use; never part of `make test`.
+MODULE ?=
+mutants:
+	@test -n "$(MODULE)" || { echo "usage: make mutants MODULE=fedarena/privacy/noise.py (its tests: tests/mutants.toml)"; exit 2; }
+	$(MAKE) install EXTRAS=mutation
+	$(BIN)/python tests/mutants.py $(MODULE)
 
 lint: install
 	$(BIN)/ruff check fedarena tests
