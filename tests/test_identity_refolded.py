@@ -30,6 +30,19 @@ def recorded_before(cfg: ExperimentConfig) -> tuple[dict, dict]:
     return run_params(resolved.flat()), tags
 
 
+def spec_of(cfg: ExperimentConfig, label: str = "global", seed: int = 1) -> TrialSpec:
+    """The config's trial as a suite row ``label`` on digits (clean) would plan it."""
+    today = trial_identity(cfg)
+    return TrialSpec(resolve_config(cfg), "s", "quick", label, "digits", "clean", 0.0, seed, today.config_hash,
+                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+
+
+def folded_tags(today) -> dict:
+    """The identity tags of a run recorded with folded identities."""
+    return {"config_hash": today.config_hash, "component_versions": json.dumps(today.versions),
+            "identity_folds": "true"}
+
+
 @pytest.mark.parametrize("patch", [{}, {"data_seed": 1}])
 def test_a_run_recorded_before_folding_is_read_under_todays_identity(patch):
     cfg = ExperimentConfig.from_dict({**QUICK, **patch})
@@ -46,8 +59,7 @@ def test_a_finished_run_is_skipped_and_an_unfinished_one_resumes_from_its_record
     cfg = ExperimentConfig.from_dict(QUICK)
     today = trial_identity(cfg)
     params, tags = recorded_before(cfg)
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    spec = spec_of(cfg)
     finished = RunSummary("r1", "FINISHED", tags, 10, run_identity(params, tags))
     assert plan_trials([spec], [finished]).skipped == 1
     killed = RunSummary("r2", "KILLED", tags, 10, run_identity(params, tags))
@@ -91,8 +103,7 @@ def test_a_finished_run_whose_cell_changed_is_skipped_and_moved_into_todays_cell
     cfg = ExperimentConfig.from_dict({**QUICK, "seed": 0, "data_seed": 0})
     today = trial_identity(cfg)
     assert today.config_hash == before.config_hash and today.cell_hash != before.cell_hash
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 0, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    spec = spec_of(cfg, seed=0)
     tags = {"config_hash": before.config_hash, "cell_hash": before.cell_hash,
             "component_versions": json.dumps(before.versions)}
     finished = RunSummary("r1", "FINISHED", tags, 10, run_identity({}, tags))
@@ -114,8 +125,7 @@ def test_a_run_recorded_before_folding_at_older_versions_is_stale_with_its_reaso
             "component_versions": json.dumps(older)}
     identity = run_identity(params, tags)
     assert identity.config_key == today.config_key and identity.config_hash != today.config_hash
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    spec = spec_of(cfg)
     plan = plan_trials([spec], [RunSummary("r1", "FINISHED", tags, 10, identity)])
     assert [why for _, _, why in plan.stale] == ["aggregator/mean v0 -> v1"] and len(plan.pending) == 1
 
@@ -131,9 +141,8 @@ def test_a_trial_finished_under_another_rows_label_is_copied_not_skipped():
     # a tuned row whose chosen values are the defaults: the default row's run is the same trial
     cfg = ExperimentConfig.from_dict(QUICK)
     today = trial_identity(cfg)
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "krum+tuned8", "digits", "clean", 0.0, 1, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
-    tags = {"config_hash": today.config_hash, "component_versions": json.dumps(today.versions), "identity_folds": "true"}
+    spec = spec_of(cfg, label="krum+tuned8")
+    tags = folded_tags(today)
     default = RunSummary("r1", "FINISHED", {**tags, "method_label": "krum"}, 10, run_identity({}, tags))
     plan = plan_trials([spec], [default])
     assert plan.skipped == 0 and [(s.method_label, r.run_id) for s, r in plan.reuse] == [("krum+tuned8", "r1")]
@@ -144,9 +153,8 @@ def test_a_trial_finished_under_another_rows_label_is_copied_not_skipped():
 def test_an_old_tuned_run_under_the_default_label_is_not_the_default_rows_and_a_rename_is_skipped():
     cfg = ExperimentConfig.from_dict(QUICK)
     today = trial_identity(cfg)
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "krum", "digits", "clean", 0.0, 1, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
-    tags = {"config_hash": today.config_hash, "component_versions": json.dumps(today.versions), "identity_folds": "true"}
+    spec = spec_of(cfg, label="krum")
+    tags = folded_tags(today)
     old_tuned = RunSummary("r1", "FINISHED", {**tags, "method_label": "krum", "tuned_rows": "krum,median"}, 10,
                            run_identity({}, tags))
     plan = plan_trials([spec], [old_tuned])
@@ -161,8 +169,7 @@ def test_a_run_resumed_once_after_folding_resumes_again_from_its_old_checkpoint(
     cfg = ExperimentConfig.from_dict(QUICK)
     today = trial_identity(cfg)
     params, tags = recorded_before(cfg)
-    spec = TrialSpec(resolve_config(cfg), "s", "quick", "global", "digits", "clean", 0.0, 1, today.config_hash,
-                     today.cell_hash, "t", config_key=today.config_key, versions=today.versions)
+    spec = spec_of(cfg)
     first = plan_trials([spec], [RunSummary("r1", "KILLED", tags, 10, run_identity(params, tags))]).pending
     # the first resume rewrites the run's identity tags (as on_trial_start does) and keeps the checkpoint's hash
     retagged = {**tags, **identity_tags(spec, {}), "checkpoint_config_hash": first[today.config_hash].resume_hash}

@@ -14,7 +14,7 @@ from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
 from fedarena.datasets.files.fetch import info, info_text
 from fedarena.errors import ConfigError
-from fedarena.suites.tuned_labels import TUNED
+from fedarena.suites.tuned_labels import TUNED, tuned_under_default_label
 from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (
     CHECKPOINT,
@@ -55,8 +55,8 @@ def plan_trials(specs: list[TrialSpec], own: list[RunSummary], elsewhere: dict[s
                 retry_failed: bool = False) -> Plan:
     """Each trial against the suite's runs (``own``, newest first) and the other suites' finished ones
     (``elsewhere``, by identity): skipped where a FINISHED run of its identity exists under its row's label
-    (copied where only another row's run of it does); reused where another suite finished it; skipped with its error where its newest run failed permanently (``retry_failed``
-    runs it again); resumed from the newest unfinished run of its identity; else new. A FINISHED run with
+    (copied where only another row's run of it does); reused where another suite finished it; skipped with its
+    error where its newest run failed permanently (``retry_failed`` runs it again); resumed from the newest unfinished run of its identity; else new. A FINISHED run with
     the trial's values at other versions is stale: the trial runs anew and the plan says why."""
     by_hash: dict[str, list[RunSummary]] = {}
     finished_by_key: dict[str, RunSummary] = {}
@@ -96,7 +96,7 @@ def _counts_for(run: RunSummary, spec: TrialSpec) -> bool:
     row holding the same trial (a tuned row at its defaults), nor for the default row where it is a tuned row's
     run recorded, before tuned rows had labels of their own, under the default label."""
     label = run.tags.get("method_label")
-    tuned_before = label is not None and TUNED not in label and label in run.tags.get("tuned_rows", "").split(",")
+    tuned_before = tuned_under_default_label(label, run.tags.get("tuned_rows"))
     if label is None or (label == spec.method_label and not tuned_before):
         return True
     return not (tuned_before or TUNED in spec.method_label or TUNED in label)  # other renames: as before, skipped

@@ -16,14 +16,20 @@ def tuned_label(label: str, budget: Any) -> str:
     return f"{label}{TUNED}{budget}"
 
 
+def tuned_under_default_label(label: Any, tuned_rows: Any) -> bool:
+    """Whether a run labelled ``label`` with the ``tuned_rows`` tag is a tuned row's run that a release before tuned
+    rows had labels of their own recorded under the default row's label."""
+    return (isinstance(label, str) and isinstance(tuned_rows, str) and TUNED not in label
+            and label in tuned_rows.split(","))
+
+
 def with_tuned_labels(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs with a tuned row's label where they recorded the default row's (a run whose ``tuned_rows`` tag names
     its own label without ``+tuned``): so that they never replace the default row's cells."""
     if not {"method_label", "tuned_rows", "tuned_budget"} <= set(runs.columns):
         return runs
-    old = [isinstance(rows, str) and str(label) in rows.split(",") and TUNED not in str(label)
-           for label, rows in zip(runs["method_label"], runs["tuned_rows"], strict=True)]
-    old = pd.Series(old, index=runs.index)
+    old = pd.Series([tuned_under_default_label(label, rows) for label, rows in
+                     zip(runs["method_label"], runs["tuned_rows"], strict=True)], index=runs.index, dtype=bool)
     if not old.any():
         return runs
     out = runs.copy()

@@ -26,13 +26,20 @@ from typing import Any
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
-from fedarena.simulation.identity import Identity, registered_version, stale_components, trial_identity
+from fedarena.simulation.identity import (
+    FOLDED,
+    Identity,
+    registered_version,
+    stale_components,
+    trial_identity,
+)
 
 HASH_TAG, KEY_TAG, VERSIONS_TAG = "config_hash", "config_key", "component_versions"
 FOLDED_TAG = "identity_folds"  # "true" on runs recorded with folded identities (nothing to refold on read)
 CHECKPOINT_HASH_TAG = "checkpoint_config_hash"  # the hash a resumed run's checkpoint carries (recorded before folding)
 LEGACY_HASH_TAG = "legacy_config_hash"  # what a previous release recorded as config_hash (set when upgraded)
 TRUNCATED = "..."  # the end of a param value cut to MLflow's length limit
+DEFAULTS = ExperimentConfig()
 
 # The commits of the previous release whose numbers version 1 of every component reproduces: from 92cf7d3, the
 # first after which every change was checked to keep all numbers (the 900-trial quick robustness suite, all
@@ -95,8 +102,8 @@ def refolded(params: Mapping[str, str], recorded: str | None, versions: dict[str
     """The folded identity, at the versions it ran with, of a run that recorded ``recorded`` before its settings
     were folded (None where nothing folds, or the recorded hash is not the unfolded one of its values and
     versions: then it is read as recorded). At older versions it keeps today's key: stale, and said so."""
-    if params.get("backend", "auto") == "auto" and params.get("data_seed", "None") in ("None", ""):
-        return None  # the cheap test first: only an explicit backend or data seed can fold
+    if all(params.get(key, "") in ("", str(getattr(DEFAULTS, key))) for key in FOLDED):  # scalars: str, as logged
+        return None  # the cheap test first: only a folded setting written away from its default can fold
     today = legacy_identity(params)
     if today is None or not today.folded:
         return None
