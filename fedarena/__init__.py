@@ -4,7 +4,7 @@ The Python API (the CLI calls it) and the decorators that register a component, 
 plugin (``fedarena.plugins``)::
 
     import fedarena
-    from fedarena import aggregator, attack, method, dataset, model
+    from fedarena import aggregator, attack, method, dataset, model, round_input
 
     r = fedarena.run({"dataset": {"name": "digits"}, "method": {"name": "ditto"}}, rounds=50)
     fedarena.benchmark("robustness", scale="quick")
@@ -27,6 +27,8 @@ _EXPORTS = {
     "log_uniform": "fedarena.search_space", "uniform": "fedarena.search_space", "choice": "fedarena.search_space",
     "aggregator": "fedarena.methods.aggregators.base", "pre_aggregator": "fedarena.methods.aggregators.base",
     "check_common": "fedarena.methods.aggregators.base", "check_updates": "fedarena.methods.aggregators.base",
+    "RoundDraw": "fedarena.methods.aggregators.base", "client_table": "fedarena.methods.aggregators.base",
+    "round_input": "fedarena.round_inputs", "RoundView": "fedarena.round_inputs",
     "method": "fedarena.methods.base", "Method": "fedarena.methods.base", "StepContext": "fedarena.methods.base",
     "ServerInfo": "fedarena.methods.base", "scatter_rows": "fedarena.methods.base",
     "attack": "fedarena.attacks.base", "Effect": "fedarena.attacks.base", "with_rows": "fedarena.attacks.base",

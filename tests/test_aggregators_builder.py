@@ -19,13 +19,10 @@ SEVEN = [(1.0, 1.0), (1.3, 0.9), (0.9, 1.1), (1.1, 1.4), (0.8, 0.7), (9.0, 7.0),
 # f per rule for the shared round of seven. Bulyan needs n >= 4f + 3, and with f = 1 here its last Krum
 # steps (one neighbour) tie and break ties by index; its invariance is tested on a tie-free input elsewhere.
 F_FOR = {"bulyan": 0}
-# Rules a direct call can run: fltrust (needs_root) reads the server's root update g0, which only the engine
-# computes (called without it, it raises ConfigError); tests/test_aggregators_foolsgold_fltrust.py tests it
-# with a given g0 and end to end.
-# the rules a caller can run on bare updates: not those that need the engine's root update (FLTrust) or its probe of
-# the models (DeepSight: tests/test_aggregators_deepsight.py)
-DIRECT = [name for name in AGGREGATORS.names()
-          if not AGGREGATORS.get(name).needs_root and not AGGREGATORS.get(name).needs_probe]
+# the rules a caller can run on bare updates: not those that read a round input only a trial makes (FLTrust's root
+# update g0: tests/test_aggregators_foolsgold_fltrust.py; DeepSight's probe of the models:
+# tests/test_aggregators_deepsight.py); called without it, such a rule raises ConfigError
+DIRECT = [name for name in AGGREGATORS.names() if not {"root_update", "probe"} & set(AGGREGATORS.get(name).reads)]
 
 
 def round_of_seven(dtype=torch.float64):

@@ -32,7 +32,7 @@ from fedarena.models.backends import Backend
 from fedarena.simulation.engine import evaluate_state, simulate
 from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
-from fedarena.simulation.streams import AGGREGATE, keyed_seed
+from fedarena.streams import AGGREGATE, keyed_seed
 
 
 def authors_cal_prob_bound(pa, pb, sigma_test, epoch, params, agg_weight=None, tau=None, rho=None):
@@ -75,7 +75,7 @@ def test_a_round_clips_the_new_model_to_rho_and_adds_the_rounds_noise():
     model = torch.tensor([3.0, 4.0, 0.0], dtype=torch.float64)  # norm 5
     updates = torch.tensor([[3.0, 4.0, 0.0], [3.0, 4.0, 0.0]], dtype=torch.float64)  # new model (6, 8, 0): norm 10
     server = {}
-    draw = RoundDraw(torch.arange(2), seed=11, server=server, model=model)
+    draw = RoundDraw(torch.arange(2), seed=11, server=server, inputs={"model": model})
     out = make_aggregator({"name": "crfl", "clip": 5.0, "sigma": 0.1}, f=0).for_round(draw)(
         updates, torch.ones(2, dtype=torch.float64))
     noise = torch.randn(3, generator=torch.Generator().manual_seed(11), dtype=torch.float64)  # drawn in float64

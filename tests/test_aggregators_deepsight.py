@@ -14,7 +14,7 @@ from fedarena.methods.aggregators import RoundDraw, check_aggregator
 from fedarena.methods.aggregators.deepsight import deepsight, division_differences, neups_and_exceedings
 from fedarena.models.functional import FlatModel
 from fedarena.simulation.experiment import run_experiment
-from fedarena.simulation.probe import Probe
+from fedarena.methods.aggregators.probe import Probe
 
 
 def linear_probe(classes=4, inputs=3):
@@ -53,7 +53,7 @@ def test_the_single_label_cluster_is_dropped_and_the_honest_models_kept():
     bad[:, :3] = 0.5 + 0.01 * torch.randn(5, 3, generator=gen, dtype=torch.float64)  # class 0's weight row
     bad[:, 12] = 0.5  # class 0's bias
     updates = torch.cat([honest, bad])
-    draw = RoundDraw(torch.arange(15), model=torch.zeros(probe.model.dim, dtype=torch.float64), probe=probe)
+    draw = RoundDraw(torch.arange(15), inputs={"model": torch.zeros(probe.model.dim, dtype=torch.float64), "probe": probe})
     # Execute
     out = deepsight(updates, weights=torch.ones(15), losses=None, f=0, samples=200, round=draw)
     # Assert: the mean of the honest updates, each clipped to the median norm of all fifteen
@@ -69,7 +69,7 @@ def test_a_pair_of_backdoor_models_among_ten_is_dropped():
     honest = 0.05 * torch.randn(8, probe.model.dim, generator=gen, dtype=torch.float64) + 0.2
     bad = torch.zeros(2, probe.model.dim, dtype=torch.float64)
     bad[:, :3], bad[:, 12] = 0.5, 0.5  # class 0's weight row and bias
-    draw = RoundDraw(torch.arange(10), model=torch.zeros(probe.model.dim, dtype=torch.float64), probe=probe)
+    draw = RoundDraw(torch.arange(10), inputs={"model": torch.zeros(probe.model.dim, dtype=torch.float64), "probe": probe})
     out = deepsight(torch.cat([honest, bad]), weights=torch.ones(10), losses=None, f=0, samples=200, round=draw)
     bound = float(np.median(torch.cat([honest, bad]).norm(dim=1).numpy()))
     assert torch.allclose(out, (honest * (bound / honest.norm(dim=1)).clamp(max=1.0)[:, None]).mean(0))
@@ -95,7 +95,7 @@ def test_a_run_probes_the_models_on_the_server():
 
 
 def test_a_direct_call_without_the_probe_is_one_clear_error():
-    with pytest.raises(ConfigError, match="needs the round's global model and the engine's probe"):
+    with pytest.raises(ConfigError, match="needs the round's global model and its probe"):
         deepsight(torch.ones(3, 4), weights=torch.ones(3), losses=None, f=0)
 
 

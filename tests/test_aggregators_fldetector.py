@@ -84,7 +84,7 @@ def quadratic_rounds(rounds, seed=0, clients=12, bad=(9, 10, 11), **params):
     for t in range(rounds):
         updates = -0.5 * (w - optimum) @ curvature + 0.01 * torch.randn(clients, 6, generator=gen, dtype=torch.float64)
         updates[list(bad)] = 0.5 * torch.randn(len(bad), 6, generator=gen, dtype=torch.float64)
-        draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), model=w)
+        draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), inputs={"model": w})
         w = w + fldetector(updates, weights=torch.ones(clients), losses=None, f=0, window=5, round=draw, **params)
         server = draw.server
     return server
@@ -107,7 +107,7 @@ def test_a_round_whose_model_did_not_move_delays_the_first_score():
     server, seen = {}, []
     # Execute
     for t, w in enumerate(models):
-        draw = RoundDraw(torch.arange(10), seed=t, ids=torch.arange(10), server=dict(server), model=w)
+        draw = RoundDraw(torch.arange(10), seed=t, ids=torch.arange(10), server=dict(server), inputs={"model": w})
         fldetector(torch.randn(10, 4, generator=gen, dtype=torch.float64), weights=torch.ones(10), losses=None, f=0,
                    window=2, round=draw)
         server = draw.server
@@ -138,7 +138,7 @@ def predicted_rounds(rounds, seed=0, honest=12, pace=(-1.0, -1.0, 3.0, 3.0)):
         w = 0.5 * torch.randn(8, generator=gen, dtype=torch.float64)
         noise = 0.05 * torch.randn(clients, 8, generator=gen, dtype=torch.float64)
         updates = (moves[:, None] * w - offsets) @ curvature + noise
-        draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), model=w)
+        draw = RoundDraw(torch.arange(clients), seed=t, ids=torch.arange(clients), server=dict(server), inputs={"model": w})
         fldetector(updates, weights=torch.ones(clients), losses=None, f=0, window=5, round=draw)
         server = draw.server
     return server, updates

@@ -14,7 +14,7 @@ F64 = torch.float64
 
 
 def fltrust_round(updates, g0):
-    draw = RoundDraw(torch.arange(len(updates)), root_update=torch.tensor(g0, dtype=F64))
+    draw = RoundDraw(torch.arange(len(updates)), inputs={"root_update": torch.tensor(g0, dtype=F64)})
     rule = make_aggregator({"name": "fltrust"}, f=0).for_round(draw)
     return rule(torch.tensor(updates, dtype=F64), torch.ones(len(updates), dtype=F64))
 
@@ -47,8 +47,8 @@ def test_without_a_root_update_or_with_one_of_another_size_the_error_says_what_i
     rule = make_aggregator({"name": "fltrust"}, f=0)
     with pytest.raises(ConfigError) as err:
         rule(torch.ones(3, 4, dtype=F64), torch.ones(3, dtype=F64))
-    assert str(err.value) == ("fltrust needs the server's update on its root dataset (RoundDraw.root_update), which "
-                              "the engine computes each round; a direct call must pass a RoundDraw with one")
+    assert str(err.value) == ("fltrust needs the server's update on its root dataset (the round input 'root_update'), "
+                              "which the engine computes each round; a direct call must pass a RoundDraw with one")
     with pytest.raises(ConfigError) as err:
         fltrust_round([[1.0, 2.0, 3.0, 4.0]] * 2, [1.0, 2.0, 3.0])
     assert str(err.value) == "fltrust's root update has 3 entries; the updates have 4"

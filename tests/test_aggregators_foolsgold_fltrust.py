@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,7 @@ from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, RoundDraw, make_aggregator
 from fedarena.methods.aggregators.foolsgold import HISTORY
-from fedarena.simulation.engine import SimState, initial_state, root_update, run_round
+from fedarena.simulation.engine import SimState, initial_state, round_draw, run_round
 from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
 
@@ -90,7 +91,7 @@ def test_foolsgold_history_grows_for_higher_ids_and_keeps_other_rows():
 
 def fltrust_round(updates, g0):
     agg = make_aggregator({"name": "fltrust"}, f=0)
-    draw = RoundDraw(torch.arange(len(updates)), root_update=torch.tensor(g0, dtype=F64))
+    draw = RoundDraw(torch.arange(len(updates)), inputs={"root_update": torch.tensor(g0, dtype=F64)})
     return agg.for_round(draw)(torch.tensor(updates, dtype=F64), torch.ones(len(updates), dtype=F64))
 
 
@@ -108,7 +109,8 @@ def test_fltrust_is_permutation_invariant_and_zero_without_trust():
 
 
 def test_fltrust_needs_a_root_update_and_a_valid_root_size():
-    assert AGGREGATORS.get("fltrust").needs_root and not AGGREGATORS.get("foolsgold").needs_root
+    assert "root_update" in AGGREGATORS.get("fltrust").reads and "root_update" not in AGGREGATORS.get("foolsgold").reads
+    assert AGGREGATORS.get("fltrust").device_reads == ("device_data",)  # the root set's: raw training samples
     with pytest.raises(ConfigError, match="root dataset"):
         make_aggregator({"name": "fltrust"}, f=0)(torch.ones(3, 2, dtype=F64), torch.ones(3, dtype=F64))
     with pytest.raises(ConfigError, match="root_size"):
@@ -131,10 +133,12 @@ def test_end_to_end_on_digits_with_label_flipping(small_config, name):
 def test_fltrust_root_set_is_benign_and_fixed_per_trial(small_config):
     trial = build_trial(digits(small_config, "fltrust"))
     again = build_trial(digits(small_config, "fltrust"))
-    assert trial.root.sizes.tolist() == [100] and torch.equal(trial.root.x, again.root.x)
+    (x, y), (x_again, _) = trial.prepared["root_update"], again.prepared["root_update"]
+    assert len(y) == 100 and torch.equal(x, x_again)
     benign_x = trial.train.x[torch.as_tensor(~trial.threat.malicious)[trial.train.owner.cpu()]]
-    assert all(bool((benign_x == row).all(dim=tuple(range(1, benign_x.dim()))).any()) for row in trial.root.x)
-    assert build_trial(digits(small_config, "median")).root is None
+    assert all(bool((benign_x == row).all(dim=tuple(range(1, benign_x.dim()))).any()) for row in x)
+    median = build_trial(digits(small_config, "median"))
+    assert median.inputs == () and median.prepared == {}
 
 
 def test_fltrust_is_refused_by_a_method_without_global_aggregation(small_config):
@@ -160,10 +164,11 @@ def test_the_engines_root_update_is_minus_lr_times_the_root_sets_gradient():
                                       "batch_size": 32, "lr": 0.1, "aggregator": {"name": "fltrust", "root_size": 20}})
     trial = build_trial(cfg)
     w = trial.w0.clone().requires_grad_(True)
-    loss = torch.nn.functional.cross_entropy(trial.model.forward(w, trial.root.x), trial.root.y)
+    x, y = trial.prepared["root_update"]
+    loss = torch.nn.functional.cross_entropy(trial.model.forward(w, x), y)
     expected = -0.1 * torch.autograd.grad(loss, w)[0]
     # Execute
-    g0 = root_update(trial, trial.w0, round_idx=0)
+    g0 = round_draw(trial, np.arange(3), 0, model=trial.w0).input("root_update")
     # Assert: the server's own step, in its direction (a sign error would make every trust score flip)
     torch.testing.assert_close(g0, expected, rtol=1e-4, atol=1e-7)
     assert torch.nn.functional.cosine_similarity(g0, expected, dim=0) > 0.9999

@@ -93,7 +93,7 @@ def test_min_sum_refuses_an_unknown_mode():
 
 def test_dnc_draws_other_coordinates_every_round_and_the_same_for_the_same_round():
     # Prepare: the engine's round seeds of trial seed 3, rounds 1 and 2, and of trial seed 4, round 1
-    trial = types.SimpleNamespace(device=torch.device("cpu"), cfg=types.SimpleNamespace(seed=3), probe=None)
+    trial = types.SimpleNamespace(device=torch.device("cpu"), cfg=types.SimpleNamespace(seed=3), inputs=())
     draw = round_draw(trial, np.arange(4), 1)
     later = round_draw(trial, np.arange(4), 2)
     trial.cfg.seed = 4
@@ -171,7 +171,7 @@ def test_the_engine_hands_the_rule_the_rounds_draw_order(small_config, monkeypat
 
 
 def test_round_draw_ranks_each_sorted_client_by_its_draw_position():
-    trial = types.SimpleNamespace(device=torch.device("cpu"), cfg=types.SimpleNamespace(seed=5), probe=None)
+    trial = types.SimpleNamespace(device=torch.device("cpu"), cfg=types.SimpleNamespace(seed=5), inputs=())
     draw = round_draw(trial, np.array([7, 2, 9]), 3)  # rows: clients 2, 7, 9
     assert draw.order.tolist() == [1, 0, 2]
     assert draw.seed == round_draw(trial, np.array([2, 9, 7]), 3).seed != round_draw(trial, np.array([7]), 4).seed

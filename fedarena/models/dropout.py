@@ -3,7 +3,7 @@
 torch's ``nn.Dropout`` draws from the global generator, and under ``vmap`` one draw serves a whole group
 of clients, so the sequential and batched backends (and any regrouping) would see different masks. Here
 a mask is a pure function of (key, layer, sample, feature): the simulation draws one 32-bit key per
-training step from the trial's seed stream (``simulation.streams.DROPOUT``, keyed by round and step), and
+training step from the trial's seed stream (``streams.DROPOUT``, keyed by round and step), and
 each sample is named by its pooled index, unique across clients. Client k's masks therefore depend only
 on the seed, the round, the step and its own samples, whichever backend or group computes them, and the
 same sample gets a fresh mask at every step. The bits come from a counter-based hash (Wellons'

@@ -16,6 +16,7 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS, RoundDraw
 from fedarena.methods.aggregators.builder import check_aggregator, make_aggregator
+from fedarena.round_inputs import INPUTS
 
 
 def usable_f(name: str, n: int) -> int | None:
@@ -63,12 +64,13 @@ def time_round(n: int, d: int, device: str, repeats: int, rules: tuple[str, ...]
         row = {"rule": name, "n": n, "d": d, "f": f, "device": device, "seconds": None, "note": ""}
         if f is None:
             row["note"] = f"skipped: {name} cannot run with n={n} for any f"
-        elif AGGREGATORS.get(name).needs_probe:
-            row["note"] = f"skipped: {name} runs every client's model on the server; its cost is the model's"
+        elif missing := [i for i in make_aggregator({"name": name}, f=f).inputs if INPUTS.get(i).stand_in is None]:
+            row["note"] = f"skipped: {name} reads {', '.join(missing)}, made only inside a trial; its cost is the trial's"
         else:
             agg = make_aggregator({"name": name}, f=f)
-            if agg.needs_root:  # the engine's root update g0 (FLTrust), here a stand-in: the updates' mean
-                agg = agg.for_round(RoundDraw(torch.arange(n), root_update=updates.mean(dim=0)))
+            if agg.inputs:  # stand-ins of the round inputs it reads (FLTrust's root update: the updates' mean)
+                agg = agg.for_round(RoundDraw(torch.arange(n), inputs={i: INPUTS.get(i).stand_in(updates)
+                                                                         for i in agg.inputs}))
             row["seconds"] = best_time(lambda agg=agg: agg(updates, weights, losses), repeats, device)
             row["note"] = "" if f == n // 10 else f"f = n // 10 = {n // 10} not allowed; timed with f = 0"
         rows.append(row)

@@ -15,7 +15,7 @@ import torch
 
 from fedarena.datasets.base import FederatedDataset
 from fedarena.models.batch import Batch
-from fedarena.simulation.streams import SAMPLING, TRAIN, keyed_uniforms
+from fedarena.streams import SAMPLING, TRAIN, keyed_uniforms
 
 
 def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, round_idx: int,

@@ -21,13 +21,14 @@ from fedarena.attacks.bounds import checked_corrupt
 from fedarena.methods.aggregators import EXCLUDED, Aggregator, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.privacy.audit import exceeded
+from fedarena.round_inputs import computed_inputs
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
 from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial
-from fedarena.simulation.streams import (
+from fedarena.streams import (
     ADAPT,
     AGGREGATE,
     CORRUPT,
@@ -104,32 +105,32 @@ def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> 
 
 
 def round_draw(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict | None = None,
-               root: torch.Tensor | None = None, model: torch.Tensor | None = None) -> RoundDraw:
+               model: torch.Tensor | None = None) -> RoundDraw:
     """The server rule's view of the round: each sorted row's position in the draw, the round's seed (from
-    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state, its root update, the
-    round's global model and the server's probe of the models."""
+    the stream AGGREGATE, keyed by the round), the rows' client ids, the server's state, and the round's value of
+    every round input the trial's rule reads (``trial.inputs``, computed from the round's global model ``model``)."""
     position = torch.as_tensor(np.argsort(drawn, kind="stable"), device=trial.device)
     ids = torch.as_tensor(np.sort(drawn), device=trial.device)
-    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, root, model,
-                     trial.probe)
+    inputs = computed_inputs(trial.inputs, trial, round_idx, model, trial.prepared,
+                             partial(server_training, trial, model, round_idx)) if trial.inputs else {}
+    return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, inputs)
 
 
-def root_update(trial: Trial, w: torch.Tensor, round_idx: int) -> torch.Tensor | None:
-    """FLTrust's server update g0 [d] (None where the rule needs none): from the global model ``w``, the
-    clients' local schedule (cfg.local_steps or local_epochs, batch_size, lr) of plain SGD on the root set
-    ``trial.root`` (client 0 of its own pool), minibatches keyed by the stream (AGGREGATE, round, 1) and
-    the round's dropout keys."""
-    if trial.root is None:
-        return None
-    cfg = trial.cfg
-    plan_seed = int(stream(cfg.seed, AGGREGATE, round_idx, 1).integers(2**62))
-    index, mask, active = round_plan(trial.root, np.zeros(1, dtype=np.int64), cfg.local_steps, cfg.local_epochs,
+def server_training(trial: Trial, w: torch.Tensor, round_idx: int, x: torch.Tensor, y: torch.Tensor,
+                    plan_seed: int) -> torch.Tensor:
+    """The update [d] the server gets by training ``w`` on its own samples (x, y) as one client with the devices'
+    local schedule (cfg.local_steps or local_epochs, batch_size, lr) of plain SGD, minibatches planned from
+    ``plan_seed`` and the round's dropout keys (``RoundView.train``: FLTrust's root update)."""
+    cfg, size = trial.cfg, len(y)
+    pool = Pooled(x, y, np.zeros(1, dtype=np.int64), np.array([size], dtype=np.int64),
+                  torch.zeros(size, dtype=torch.long, device=x.device))
+    index, mask, active = round_plan(pool, np.zeros(1, dtype=np.int64), cfg.local_steps, cfg.local_epochs,
                                      cfg.batch_size, plan_seed, round_idx)
     keys = _dropout_keys(trial, round_idx, index.shape[0])
     local = w[None].clone()
     for s in range(index.shape[0]):
         backend = trial.backend if keys is None else trial.backend.keyed(keys[s])
-        batch = gather(trial.root, index[s], mask[s], active[s])
+        batch = gather(pool, index[s], mask[s], active[s])
         local = sgd(local, backend.grad(local, batch)[1], cfg.lr, batch.active)
     return local[0] - w
 
@@ -273,7 +274,7 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
-        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, root_update(trial, state.w, t), state.w))
+        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
     stacked = _stacked(trial, state.w, updates, everyone[len(ids):], server)
     if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
         stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))

@@ -1,13 +1,15 @@
 """Build a trial from a config: resolve every component (``fedarena.sections``), check every setting,
 before training starts.
 
-Seeds are separate streams (``simulation/streams.py``) derived from the config's seed, so that adding an attack does
+Seeds are separate streams (``streams.py``) derived from the config's seed, so that adding an attack does
 not change the partition, and a resumed run draws the same clients and minibatches.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,15 +28,13 @@ from fedarena.models.functional import model_from
 from fedarena.privacy.audit import CanaryAudit, with_canaries
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
+from fedarena.round_inputs import prepared_inputs
 from fedarena.sections import check_clients_per_round, check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
-from fedarena.simulation.probe import Probe
 from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
-from fedarena.simulation.streams import AGGREGATE, ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
-
-ROOT_SET = 2**31 - 1  # key of the root set's draw in the stream AGGREGATE (whose other keys are rounds)
+from fedarena.streams import ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,11 @@ class Trial:
     device: torch.device
     backdoor_test: Pooled | None = None  # a targeted attack's triggered test samples (its success rate)
     clean_train: Pooled | None = None  # the unpoisoned training data, for rounds after the attack stops
-    root: Pooled | None = None  # the server's clean root set (one pseudo-client), for rules that need_root
     privacy: PrivacyPlan | None = None  # differential privacy's mechanism (None: none)
-    probe: Probe | None = None  # the server's probe of the models, for a rule that ``needs_probe`` (DeepSight)
+    # the registered round inputs the trial's rule reads (``fedarena.round_inputs``), and what each one's
+    # ``prepare`` made for the trial (FLTrust's root set, DeepSight's probe)
+    inputs: tuple[str, ...] = ()
+    prepared: Mapping[str, Any] = field(default_factory=dict)
     ahead: RoundsAhead | None = None  # the next rounds' draws and plans, computed several at a time (a cache)
     stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
     test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
@@ -106,11 +108,17 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     weights = aggregation_weights(cfg.sampling, sizes, privacy is not None)
     ahead = None if audit is not None else RoundsAhead(  # its draws are the devices' alone
         pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size)
-    return Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
-                 make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
-                 *targeted_pools(threat, dataset, device), root=root_set(cfg, aggregate, pools[0], threat.malicious),
-                 privacy=privacy, probe=server_probe(cfg, aggregate, model, poisoned, device), ahead=ahead,
-                 stamp_check=stamp_check, test_stamp_check=test_stamp_check, audit=audit)
+    trial = Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
+                  make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
+                  *targeted_pools(threat, dataset, device), privacy=privacy, ahead=ahead, stamp_check=stamp_check,
+                  test_stamp_check=test_stamp_check, audit=audit)
+    return with_inputs(trial)
+
+
+def with_inputs(trial: Trial) -> Trial:
+    """The trial with the round inputs its rule reads, each prepared (its ``prepare``, once, before training)."""
+    names = () if trial.aggregate is None else trial.aggregate.inputs
+    return replace(trial, inputs=names, prepared=prepared_inputs(trial, names)) if names else trial
 
 
 def canary_audit(cfg: ResolvedConfig, privacy: PrivacyPlan | None, devices: int, w0: torch.Tensor) -> CanaryAudit | None:
@@ -119,31 +127,6 @@ def canary_audit(cfg: ResolvedConfig, privacy: PrivacyPlan | None, devices: int,
         return None
     return CanaryAudit.of(privacy.spec.audit, devices, w0.numel(), privacy.delta, torch_stream(cfg.seed, AUDIT, 0),
                           int(stream(cfg.seed, AUDIT, 1).integers(2**62)), w0.device, w0.dtype)
-
-
-def server_probe(cfg: ResolvedConfig, aggregate, model: FlatModel, dataset: FederatedDataset,
-                 device: torch.device) -> Probe | None:
-    """The server's probe of the models (fixed noise inputs, the output layer), for a rule that reads it."""
-    if aggregate is None or not aggregate.entry.needs_probe:
-        return None
-    return Probe.of(model, dataset, cfg.seed, device, aggregate.name)
-
-
-def root_set(cfg: ResolvedConfig, aggregate, train: Pooled, malicious: np.ndarray) -> Pooled | None:
-    """FLTrust's root dataset, for a rule that ``needs_root``: ``root_size`` training samples (all of them
-    where fewer exist) drawn without replacement, once per trial (stream AGGREGATE, key ROOT_SET), from the
-    benign clients' training data, as one client of its own pool."""
-    if aggregate is None or not aggregate.needs_root:
-        return None
-    benign = np.flatnonzero(~np.asarray(malicious, dtype=bool)[train.owner.cpu().numpy()])
-    size = min(int(aggregate.params.get("root_size", 100)), len(benign))
-    if size < 1:
-        raise ConfigError(f"aggregator {aggregate.name!r} needs a root dataset drawn from the benign clients' "
-                          "training data, and they have none")
-    rows = torch.as_tensor(stream(cfg.seed, AGGREGATE, ROOT_SET).choice(benign, size=size, replace=False),
-                           device=train.x.device)
-    return Pooled(train.x[rows], train.y[rows], np.zeros(1, dtype=np.int64), np.array([size], dtype=np.int64),
-                  torch.zeros(size, dtype=torch.long, device=train.x.device))
 
 
 def targeted_pools(threat: ThreatModel, clean: FederatedDataset, device: torch.device) -> tuple:

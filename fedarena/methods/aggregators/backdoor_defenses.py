@@ -101,7 +101,7 @@ def norm_bound(
     return clipped_mean(updates, norm_bound_radius(updates, max_norm))
 
 
-@aggregator("weak_dp", check=check_norm_bound, needs_round=True, version=2, sum_only=fixed_bound)
+@aggregator("weak_dp", check=check_norm_bound, reads=("round",), version=2, sum_only=fixed_bound)
 def weak_dp(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     max_norm: float | None = None, sigma: float | None = None, round: RoundDraw | None = None,

@@ -10,24 +10,26 @@ sample counts under uniform sampling. ``losses`` are each client's training loss
 model, ``f`` the number of malicious clients assumed among the n. A rule's registry entry
 (``AggregatorEntry``) carries its facts: the rule, its feasibility check ``check(n, f, **hyperparameters)``
 that raises ``ConfigError`` where the rule is undefined (the rule runs it itself, and ``check_aggregator``
-runs it before training), whether it reads the losses or the weights, and whether it reads ``round``: the
-``RoundDraw`` of the round (the order the round's clients were drawn in, and the round's own seed stream
-for rules that draw at random, such as DnC's coordinates; the rows' client ids and the server's own state
-across rounds, for FoolsGold's history; the server's root update, for FLTrust, which the engine computes
-where the entry says ``needs_root``), and ``model``, the round's global model (CRFL bounds it).
+runs it before training), and what it reads besides the updates (``reads``): the losses, the weights, and
+``round``, the ``RoundDraw`` of the round (the order the round's clients were drawn in and the round's own seed,
+for rules that draw at random such as DnC's coordinates; the rows' client ids and the server's own state across
+rounds, for FoolsGold's history; and the value of every round input the rule reads, each made by a provider
+registered beside the component that introduced it: ``fedarena.round_inputs``).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import torch
 
 from fedarena.errors import ConfigError
 from fedarena.registry import Registry
+from fedarena.round_inputs import checked_reads, inputs_device_reads
 
 Aggregate = Callable[..., torch.Tensor]
 Check = Callable[..., None]
@@ -40,10 +42,12 @@ class AggregatorEntry:
 
     rule: Aggregate
     check: Check
-    needs_losses: bool = False  # reads each client's training loss at the global model
-    uses_weights: bool = False  # reads the aggregation weights (the others are uniform by definition)
-    needs_round: bool = False  # reads ``round``, the round's RoundDraw
-    needs_root: bool = False  # reads ``round.root_update``, the server's update on its root data (engine-made)
+    # what the rule reads besides the updates (``fedarena.round_inputs``): "round" (its ``round`` keyword, the
+    # RoundDraw: draw order, seed, client ids, the server's state), "losses" (each client's training loss at the
+    # global model), "weights" (the aggregation weights; the others are uniform by definition), and any registered
+    # round input, which the rule finds in ``round.inputs`` ("model": the round's global model; "root_update":
+    # FLTrust's server update; "probe": DeepSight's probe of the models)
+    reads: tuple[str, ...] = ()
     # selects(updates, *, f, [round,] **hyperparameters) -> the indices of the rows a selection rule keeps (Krum,
     # multi-Krum, Bulyan): what an attack tailored to the rule checks; None for a rule that selects no rows
     selects: Callable[..., torch.Tensor] | None = None
@@ -58,23 +62,33 @@ class AggregatorEntry:
     # whether the rule keeps state per client across rounds (FoolsGold's history, keyed by ``round.ids``): it
     # cannot follow a pre-aggregator that merges clients' rows (bucketing)
     per_client: bool = False
-    # certify(trial, state, **hyperparameters) -> run properties from the run's state (CRFL: the certified radius of
-    # its pre-noise model); None: the rule certifies nothing
+    # certify(trial, state, **hyperparameters) -> run properties from the run's state at each evaluation (CRFL: the
+    # certified radius of its pre-noise model); None: the rule certifies nothing
     certify: Callable[..., dict] | None = None
     # whether the rule may remove clients from the federation (``server[EXCLUDED]``, FLDetector): the engine stops
     # drawing them, so no one knows before the run how often a device takes part (local DP's accounting needs it)
     excludes: bool = False
-    # reads ``round.probe``, the server's probe of the models on fixed random inputs (engine-made: DeepSight)
-    needs_probe: bool = False
-    # what the rule reads from the devices besides the update each sends (``fedarena.privacy.dp_trial.READS``): the
-    # entry adds "losses" where it ``needs_losses`` (each device's training loss, computed on its data without
-    # noise) and "device_data" where it ``needs_root`` (FLTrust's root set: raw training samples of the devices);
-    # DP refuses a rule that reads anything its noise does not cover
-    device_reads: tuple[str, ...] = ()
+    # what the rule reads from the devices besides the update each sends (``fedarena.privacy.dp_trial.READS``), on top
+    # of what its round inputs take (``device_reads``: "losses" where it reads them, "device_data" for FLTrust's root
+    # set of raw training samples); DP refuses a rule that reads anything its noise does not cover
+    declared_device_reads: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        derived = (("losses",) if self.needs_losses else ()) + (("device_data",) if self.needs_root else ())
-        object.__setattr__(self, "device_reads", tuple(dict.fromkeys((*self.device_reads, *derived))))
+    @property
+    def needs_losses(self) -> bool:
+        return "losses" in self.reads
+
+    @property
+    def uses_weights(self) -> bool:
+        return "weights" in self.reads
+
+    @property
+    def needs_round(self) -> bool:
+        """Whether the rule takes the ``round`` keyword (its draw, or an input it finds there)."""
+        return any(name not in ("losses", "weights") for name in self.reads)
+
+    @property
+    def device_reads(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.declared_device_reads, *inputs_device_reads(self.reads))))
 
     @cached_property
     def _sensitivity_reads_bound(self) -> bool:
@@ -104,19 +118,19 @@ class RoundDraw:
     server-side state (a dict of tensors kept in ``SimState.server``, checkpointed and resumed with it),
     which a rule may read and write by replacing entries (never modifying a tensor in place: the engine
     hands a rule a shallow copy, keeps it only if the round is kept, and an adaptive attacker's queries
-    leave it unchanged); and, for a rule whose entry ``needs_root``, ``root_update`` [d], the server's own
-    update on its clean root data from the round's global model (FLTrust). A rule called directly gets
-    None for each unless its caller builds the draw."""
+    leave it unchanged); and ``inputs``, the round's value of each registered round input the trial's rules read
+    (``fedarena.round_inputs``: ``inputs["root_update"]``, FLTrust's server update; ``inputs["model"]``, the
+    round's global model). A rule called directly gets None for each unless its caller builds the draw."""
 
     order: torch.Tensor
     seed: int = 0
     ids: torch.Tensor | None = None
     server: dict | None = None
-    root_update: torch.Tensor | None = None
-    model: torch.Tensor | None = None  # the round's global model (a rule that bounds the model itself: CRFL)
-    # for a rule whose entry ``needs_probe``: the server's probe (``simulation.probe.Probe``: the models' class
-    # probabilities on fixed random inputs and the output layer's part of an update; DeepSight)
-    probe: object | None = None
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+
+    def input(self, name: str) -> Any:
+        """The round's value of input ``name``, None where the round has none (a direct call's draw)."""
+        return self.inputs.get(name)
 
     @classmethod
     def rows_in_order(cls, n: int) -> RoundDraw:
@@ -218,25 +232,36 @@ def check_common(n: int, f: int, **params) -> None:
         raise ConfigError(f"the number of malicious clients f must be >= 0, got f={f}")
 
 
-def aggregator(name: str, *, check: Check | None = None, needs_losses: bool = False, uses_weights: bool = False,
-               needs_round: bool = False, needs_root: bool = False, version: int = 1,
+LEGACY_READS = {"needs_losses": "losses", "uses_weights": "weights", "needs_round": "round",
+                "needs_root": "root_update", "needs_probe": "probe"}  # the flags ``reads`` replaced, still taken
+
+
+def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] = (), version: int = 1,
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
                per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None,
-               excludes: bool = False, needs_probe: bool = False, device_reads: tuple[str, ...] = ()):
-    """Register ``fn`` as aggregator ``name`` with its feasibility check, the inputs it reads, its version
-    (bump it with any change of its numbers), the values its null hyperparameters stand for
-    (``Registry.add``), for a rule that keeps some rows the function that says which (``selects``), its
-    sensitivity to one clipped update (``sensitivity``, central DP) and whether it needs only the updates' sum
-    (``sum_only``, secure aggregation; default: it needs each update) and the search space of its hyperparameters
-    (``search``, what ``fedarena tune`` explores), whether it removes clients (``excludes``) and what else it reads
-    from the devices besides their updates (``device_reads``; losses and a root set are added from
-    ``needs_losses`` and ``needs_root``)."""
+               excludes: bool = False, device_reads: tuple[str, ...] = (), **flags: bool):
+    """Register ``fn`` as aggregator ``name`` with its feasibility check, what it reads besides the updates
+    (``reads``: see ``AggregatorEntry``; the older flags ``needs_losses``, ``uses_weights``, ``needs_round``,
+    ``needs_root``, ``needs_probe`` are taken as the reads they stand for), its version (bump it with any change
+    of its numbers), the values its null hyperparameters stand for (``Registry.add``), for a rule that keeps some
+    rows the function that says which (``selects``), its sensitivity to one clipped update (``sensitivity``,
+    central DP) and whether it needs only the updates' sum (``sum_only``, secure aggregation; default: it needs
+    each update), the search space of its hyperparameters (``search``, what ``fedarena tune`` explores), a
+    certificate it computes from the run's state at each evaluation (``certify``), whether it removes clients
+    (``excludes``) and what else it reads from the devices besides their updates and its inputs
+    (``device_reads``)."""
+    unknown = sorted(set(flags) - set(LEGACY_READS))
+    if unknown:
+        raise TypeError(f"aggregator() got unexpected keyword arguments {unknown}; allowed besides its own: "
+                        f"{', '.join(LEGACY_READS)}")
+    declared = checked_reads(tuple(reads) + tuple(LEGACY_READS[k] for k, on in flags.items() if on),
+                             f"aggregator {name!r}")
 
     def decorator(fn: Aggregate) -> Aggregate:
-        AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, needs_losses,
-                                              uses_weights, needs_round, needs_root, selects, sensitivity, sum_only,
-                                              per_client, certify, excludes, needs_probe, tuple(device_reads)),
+        AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, declared, selects,
+                                              sensitivity, sum_only, per_client, certify, excludes,
+                                              tuple(device_reads)),
                         version=version, effective=effective, search=search)
         return fn
 

@@ -26,6 +26,7 @@ from fedarena.methods.aggregators.base import (
     RoundDraw,
 )
 from fedarena.params import SectionKind, hyperparameters
+from fedarena.round_inputs import provided
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
 RULE_ARGUMENTS = ("weights", "losses", "f", "round")
@@ -53,8 +54,9 @@ class Aggregator:
         return self.entry.uses_weights
 
     @property
-    def needs_root(self) -> bool:
-        return self.entry.needs_root
+    def inputs(self) -> tuple[str, ...]:
+        """The registered round inputs the rule reads (``fedarena.round_inputs``), each checked to exist."""
+        return provided(self.entry.reads, f"aggregator {self.name!r}")
 
     @property
     def needs_round(self) -> bool:
@@ -235,6 +237,7 @@ def check_rule(agg: Aggregator, *, n: int) -> None:
                               f"{name!r} cannot give it (it averages clients' rows); drop one of them")
         rows = entry.output_rows(rows, **options)
     agg.entry.check(rows, agg.f, **agg.params)
+    provided(agg.entry.reads, f"aggregator {agg.name!r}")  # raises where no provider makes an input it reads
 
 
 def expected_malicious(clients_per_round: int, num_corrupted: int, num_clients: int) -> int:

@@ -198,7 +198,7 @@ def certify_crfl(trial, state, *, clip: float, sigma: float, test_sigma: float |
                                                  test_sigma=test_sigma, samples=samples, alpha=alpha)}
 
 
-@aggregator("crfl", check=check_crfl, needs_round=True, certify=certify_crfl, sum_only=True, version=2)
+@aggregator("crfl", check=check_crfl, reads=("round", "model"), certify=certify_crfl, sum_only=True, version=2)
 def crfl(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
          round: RoundDraw | None = None, clip: float = 15.0, sigma: float = 0.01, test_sigma: float | None = None,
          samples: int = 100, alpha: float = 0.001) -> torch.Tensor:
@@ -208,7 +208,8 @@ def crfl(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor |
     check_updates(updates, f)
     draw = round or RoundDraw.rows_in_order(updates.shape[0])
     # called directly (no round's model), the model is taken as zero: the output is then the clipped, noised mean
-    model = draw.model.to(updates) if draw.model is not None else torch.zeros_like(updates[0])
+    model = draw.input("model")
+    model = model.to(updates) if model is not None else torch.zeros_like(updates[0])
     new = model + updates.mean(0)
     new = new * torch.clamp(clip / new.norm().clamp_min(1e-12), max=1.0)
     if draw.server is not None:  # replaced, never modified in place; kept only if the engine keeps the round

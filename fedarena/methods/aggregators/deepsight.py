@@ -9,7 +9,7 @@ authors released no code). Per client, from its update:
   where TE <= median(TE) / 2;
 - DDifs, what the server runs per client: the local model (global + update) and the global model on ``samples``
   fixed random inputs for each of ``seeds`` sets (uniform between a black and a white pixel,
-  ``simulation.probe``), the mean over the inputs of p_local(x)_k / (p_global(x)_k + 1e-6), one [classes] vector per
+  ``probe.py``), the mean over the inputs of p_local(x)_k / (p_global(x)_k + 1e-6), one [classes] vector per
   set: (n + 1) x seeds x samples forward passes a round (the defaults: 60,000 inputs a model);
 - the cosine distances of the output-layer bias updates.
 HDBSCAN (scikit-learn's, ``min_samples`` 1 and minimum cluster size 2: a pair of like models is a cluster; FLPoison's
@@ -37,12 +37,25 @@ from fedarena.methods.aggregators.base import (
     vector_median,
 )
 from fedarena.methods.aggregators.flame import cosine_distances
+from fedarena.methods.aggregators.probe import Probe
+from fedarena.round_inputs import RoundView, round_input
 
 RATIO_GUARD = 1e-6  # FLPoison's epsilon: p_local / (p_global + 1e-6)
 # HDBSCAN's smallest settings: a pair of like models is a cluster. FLPoison's (min_samples 3, min_cluster_size 5)
 # leave every model noise in a round of 10 with 2 attackers, and the ensemble then one cluster of all
 MIN_SAMPLES, MIN_CLUSTER = 1, 2
-MAX_SEEDS = 8  # noise sets, each a key of the stream AGGREGATE (simulation.probe)
+MAX_SEEDS = 8  # noise sets, each a key of the stream AGGREGATE (``probe.py``)
+
+
+def server_probe(trial) -> Probe:
+    """The probe of a trial's models (fixed noise inputs drawn once; the output layer), made while it is built."""
+    return Probe.of(trial.model, trial.dataset, trial.cfg.seed, trial.device, trial.aggregate.name)
+
+
+@round_input("probe", prepare=server_probe)
+def probe_of_the_round(view: RoundView) -> Probe:
+    """The same probe every round: DeepSight's server probes the same inputs each time."""
+    return view.prepared
 
 
 def check_deepsight(n: int, f: int, *, seeds: int = 3, samples: int = 20000, tau: float = 1 / 3,
@@ -110,17 +123,18 @@ def accepted_rows(neups: np.ndarray, exceedings: np.ndarray, ddifs: np.ndarray, 
     return accepted
 
 
-@aggregator("deepsight", check=check_deepsight, needs_round=True, needs_probe=True, version=2)
+@aggregator("deepsight", check=check_deepsight, reads=("round", "model", "probe"), version=2)
 def deepsight(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, seeds: int = 3,
               samples: int = 20000, tau: float = 1 / 3, threshold: float = 0.01,
               round: RoundDraw | None = None) -> torch.Tensor:
     """DeepSight (Rieger et al., NDSS 2022; see the module): the mean of the updates of the accepted clusters, each
-    clipped to the median norm of the round's updates. Needs the engine's probe (``round.probe``) and global model."""
+    clipped to the median norm of the round's updates. Reads the round inputs ``probe`` (``probe.py``) and ``model``."""
     check_updates(updates, f)
-    if round is None or round.probe is None or round.model is None:
+    probe, model = (None, None) if round is None else (round.input("probe"), round.input("model"))
+    if probe is None or model is None:
         raise ConfigError("aggregator 'deepsight' runs the clients' models on the server: it needs the round's "
-                          "global model and the engine's probe (round.model, round.probe)")
-    probe, model = round.probe, round.model.to(updates)
+                          "global model and its probe (round inputs 'model' and 'probe')")
+    model = model.to(updates)
     weight, bias = probe.output_layer(updates)
     neups, exceedings = neups_and_exceedings(weight, bias, threshold)
     ddifs = division_differences(probe, model, updates, seeds, samples)

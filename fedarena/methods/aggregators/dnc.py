@@ -33,7 +33,7 @@ def coordinates(d: int, sub_dim: int, gen: torch.Generator) -> torch.Tensor:
     return torch.randperm(d, generator=gen)[:sub_dim]
 
 
-@aggregator("dnc", check=check_dnc, needs_round=True)
+@aggregator("dnc", check=check_dnc, reads=("round",))
 def dnc(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, iters: int = 1,
         sub_dim: int = 10000, c: float = 1.0, round: RoundDraw | None = None) -> torch.Tensor:
     """DnC (NDSS 2021, Algorithm 2): ``iters`` times, take ``sub_dim`` random coordinates (all when

@@ -63,7 +63,7 @@ def majority_cluster(updates: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(kept, dtype=torch.long, device=updates.device)
 
 
-@aggregator("flame", check=check_flame, needs_round=True, search={"lam": log_uniform(1e-4, 1e-2)})
+@aggregator("flame", check=check_flame, reads=("round",), search={"lam": log_uniform(1e-4, 1e-2)})
 def flame(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, lam: float = 0.001,
     round: RoundDraw | None = None,

@@ -216,7 +216,7 @@ def update_pairs(server: dict, model: torch.Tensor, aggregate: torch.Tensor, win
     server[KEY + "last_model"], server[KEY + "last_aggregate"] = model, aggregate
 
 
-@aggregator("fldetector", check=check_fldetector, needs_round=True, per_client=True, excludes=True, version=2)
+@aggregator("fldetector", check=check_fldetector, reads=("round", "model"), per_client=True, excludes=True, version=2)
 def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, window: int = 10,
                warmup: int | None = None, min_scores: int = 3, round: RoundDraw | None = None) -> torch.Tensor:
     """FLDetector (Zhang et al., KDD 2022; see the module): after the warm-up (``warmup`` rounds, null: the
@@ -229,7 +229,7 @@ def fldetector(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Te
     draw = round if round is not None else RoundDraw.rows_in_order(n)
     ids = (torch.arange(n) if draw.ids is None else draw.ids).to(device=updates.device, dtype=torch.long)
     server = {} if draw.server is None else draw.server
-    model = updates.new_zeros(d) if draw.model is None else draw.model.to(updates)
+    model = updates.new_zeros(d) if draw.input("model") is None else draw.input("model").to(updates)
     rows = int(ids.max()) + 1
     if scores_now(server, window, warmup_rounds(window, warmup)):
         record_scores(server, ids, distances(updates, ids, model, server, rows), rows, window)

@@ -60,7 +60,7 @@ def at_most_unit_norm(updates: torch.Tensor) -> torch.Tensor:
     return torch.where(norms > 1, updates / norms.clamp_min(1e-30), updates)
 
 
-@aggregator("foolsgold", check=check_common, needs_round=True, version=2, per_client=True)
+@aggregator("foolsgold", check=check_common, reads=("round",), version=2, per_client=True)
 def foolsgold(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int, unit_norm: bool = True,
     round: RoundDraw | None = None,

@@ -33,7 +33,7 @@ def weiszfeld_objective(
     return alpha @ dist, dist
 
 
-@aggregator("geometric_median", check=check_geometric_median, uses_weights=True, sensitivity=ball_sensitivity)
+@aggregator("geometric_median", check=check_geometric_median, reads=("weights",), sensitivity=ball_sensitivity)
 def geometric_median(
     updates: torch.Tensor,
     *,

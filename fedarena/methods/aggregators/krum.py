@@ -64,7 +64,7 @@ def krum_selection(updates: torch.Tensor, *, f: int, reference_mode: bool = Fals
     return krum_order(updates, f, reference_mode, round)[:1]
 
 
-@aggregator("krum", check=check_krum, needs_round=True, selects=krum_selection, sensitivity=ball_sensitivity)
+@aggregator("krum", check=check_krum, reads=("round",), selects=krum_selection, sensitivity=ball_sensitivity)
 def krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     reference_mode: bool = False, round: RoundDraw | None = None,
@@ -99,7 +99,7 @@ def multi_krum_selection(updates: torch.Tensor, *, f: int, m: int | None = None,
     return krum_order(updates, f, reference_mode, round)[: multi_krum_size(n, f, m)]
 
 
-@aggregator("multi_krum", check=check_multi_krum, needs_round=True, selects=multi_krum_selection,
+@aggregator("multi_krum", check=check_multi_krum, reads=("round",), selects=multi_krum_selection,
             sensitivity=ball_sensitivity,
             effective={"m": lambda facts: None if facts.f is None else facts.n - facts.f})
 def multi_krum(

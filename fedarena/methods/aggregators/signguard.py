@@ -81,7 +81,7 @@ def _kept(clean: torch.Tensor, norms: torch.Tensor, *, f: int, round: RoundDraw 
     return torch.from_numpy(np.flatnonzero(by_norm & by_sign))
 
 
-@aggregator("signguard", check=check_signguard, needs_round=True, selects=signguard_selection, version=2)
+@aggregator("signguard", check=check_signguard, reads=("round",), selects=signguard_selection, version=2)
 def signguard(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
               round: RoundDraw | None = None, lower: float = 0.1, upper: float = 3.0,
               window: float = 0.1) -> torch.Tensor:

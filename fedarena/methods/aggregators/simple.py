@@ -36,7 +36,7 @@ def mean(
     return updates.mean(dim=0)
 
 
-@aggregator("weighted_mean", uses_weights=True, sensitivity=mean_sensitivity, sum_only=True)
+@aggregator("weighted_mean", reads=("weights",), sensitivity=mean_sensitivity, sum_only=True)
 def weighted_mean(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
@@ -92,7 +92,7 @@ def k_norm(
     return subset_mean(updates, keep)
 
 
-@aggregator("k_loss", check=check_keeps_one, needs_losses=True)
+@aggregator("k_loss", check=check_keeps_one, reads=("losses",))
 def k_loss(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:

@@ -23,6 +23,7 @@ DROPOUT_EVAL = 13  # seeded dropout at evaluation (models that drop there too), 
 PRIVACY = 14  # differential privacy's noise, per (round, one of the three below)
 ADAPT = 15  # an adaptive attack's own draws (A3FL's trigger search), per round
 AUDIT = 16  # a privacy audit's canary directions (key 0) and its bootstrap's resampling (key 1)
+ROUND_INPUT = 17  # a registered round input's own draws (``round_inputs.RoundView.rng``), per (input, round, keys)
 SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output, local DP's, adaptive clipping's count
 
 

@@ -17,7 +17,7 @@ from fedarena.datasets import FederatedDataset
 from fedarena.datasets.pixels import check_varying, valid_box
 from fedarena.errors import ConfigError
 from fedarena.models import FlatModel
-from fedarena.simulation.streams import AGGREGATE, torch_stream
+from fedarena.streams import AGGREGATE, torch_stream
 
 NOISE_INPUTS = 2**31 - 16  # key of the first noise set in the stream AGGREGATE (whose low keys are rounds)
 BATCH = 4096  # inputs per forward pass
