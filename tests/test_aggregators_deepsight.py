@@ -12,9 +12,9 @@ from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import RoundDraw, check_aggregator
 from fedarena.methods.aggregators.deepsight import deepsight, division_differences, neups_and_exceedings
+from fedarena.methods.aggregators.probe import Probe
 from fedarena.models.functional import FlatModel
 from fedarena.simulation.experiment import run_experiment
-from fedarena.methods.aggregators.probe import Probe
 
 
 def linear_probe(classes=4, inputs=3):
