@@ -8,7 +8,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "fedarena"
 LAYERS = [  # lowest first; a module may import its own package and anything in a lower layer
-    {"registry", "params", "errors", "plugins", "search_space", "streams", "round_inputs"},  # plugins: imports a user's module under its origin
+    {"registry", "params", "errors", "plugins", "search_space", "streams", "round_inputs", "round_stages"},  # plugins: imports a user's module under its origin
     {"config", "datasets", "models"},
     {"methods", "attacks"},
     {"privacy"},  # differential privacy: wraps a server rule (methods), read by the sections and the engine

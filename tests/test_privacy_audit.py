@@ -203,12 +203,13 @@ def test_a_resumed_audit_measures_what_an_uninterrupted_one_does():
     saved = copy.deepcopy(state.state_dict())  # a checkpoint on disk shares nothing with the running state
     straight, _ = simulate(trial, state)
     resumed, _ = simulate(trial, SimState.from_state_dict(saved, trial.device))
-    assert torch.equal(resumed.w, straight.w) and torch.equal(resumed.audit[ITERATE_MAX], straight.audit[ITERATE_MAX])
+    assert torch.equal(resumed.w, straight.w)
+    assert torch.equal(resumed.part("audit")[ITERATE_MAX], straight.part("audit")[ITERATE_MAX])
     last, again = straight.history[-1], resumed.history[-1]
     assert "epsilon_empirical_final" in last and last.keys() == again.keys()
     assert all(last[k] == again[k] or (math.isnan(last[k]) and math.isnan(again[k])) for k in last)
     old = {k: v for k, v in state.state_dict().items() if k != "audit"}  # a checkpoint from before the audit
-    assert SimState.from_state_dict(old, trial.device).audit == {}
+    assert SimState.from_state_dict(old, trial.device).part("audit") == {}
 
 
 def test_a_sampled_audit_reports_no_add_remove_epsilon_and_local_dp_does():

@@ -32,6 +32,8 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import Aggregator
 from fedarena.params import SectionKind
 from fedarena.registry import Registry
+from fedarena.round_stages import Pipeline, StageView
+from fedarena.streams import TAMPER
 
 # tamper(updates[n, d], malicious[n] bool, generator) -> updates[n, d]; an effect with ``needs_rule`` gets
 # the keyword ``rule``: the round's ``RoundRule`` (adaptive and rule-tailored attacks)
@@ -162,6 +164,29 @@ class ThreatModel:
     @property
     def benign(self) -> np.ndarray:
         return ~self.malicious
+
+    def pipeline(self) -> Pipeline:
+        """The threat's stages in the round (``fedarena.round_stages``): a model attack tampers with what its devices
+        send (a device stage); data attacks act in the devices' local work."""
+        return Pipeline() if self.effect.tamper is None else Pipeline(device=(self.tampered,))
+
+    def tampered(self, updates: torch.Tensor, view: StageView) -> torch.Tensor:
+        """The rows after the attack's tampering with its devices' (an audit's canaries among the senders are never
+        malicious); an attack that reads the server's rule sees it as the round's ``RoundRule`` (the aggregator for
+        the round, with the round's weights and losses). Noise from the stream TAMPER, keyed by the round."""
+        effect, senders = self.effect, view.senders
+        if not effect.active(view.round):  # most rounds of most runs: nothing to build
+            return updates
+        devices = senders < len(self.malicious)
+        bad = np.zeros(len(senders), dtype=bool)
+        bad[devices] = self.malicious[senders[devices]]
+        bad = torch.as_tensor(bad, device=updates.device)
+        if not bool(bad.any()):
+            return updates
+        extra = {"rule": RoundRule(view.rule, view.weights, view.losses)} if effect.needs_rule else {}
+        if effect.needs_ids:
+            extra["ids"] = torch.as_tensor(senders)
+        return effect.tamper(updates, bad, view.generator(TAMPER), **extra)
 
 
 ATTACKS: Registry[Callable[..., Effect]] = Registry("attack")

@@ -16,12 +16,12 @@ from functools import partial
 import numpy as np
 import torch
 
-from fedarena.attacks.base import AttackView, RoundRule
+from fedarena.attacks.base import AttackView
 from fedarena.attacks.bounds import checked_corrupt
-from fedarena.methods.aggregators import EXCLUDED, Aggregator, RoundDraw
+from fedarena.methods.aggregators import EXCLUDED, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
-from fedarena.privacy.audit import exceeded
 from fedarena.round_inputs import computed_inputs
+from fedarena.round_stages import StageView
 from fedarena.simulation.costs import CostMeter
 from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
@@ -32,13 +32,8 @@ from fedarena.streams import (
     ADAPT,
     AGGREGATE,
     CORRUPT,
-    COUNT_NOISE,
-    DEVICE_NOISE,
     DROPOUT,
     DROPOUT_EVAL,
-    PRIVACY,
-    SERVER_NOISE,
-    TAMPER,
     keyed_seed,
     stream,
     torch_stream,
@@ -59,28 +54,41 @@ class SimState:
     clients: dict[str, torch.Tensor]
     diverged_at: int | None = None
     history: list[dict] = field(default_factory=list)
-    server: dict[str, torch.Tensor] = field(default_factory=dict)  # the server rule's state (FoolsGold's history)
-    attack: dict[str, torch.Tensor] = field(default_factory=dict)  # an adaptive attack's state (A3FL's trigger)
-    audit: dict[str, torch.Tensor] = field(default_factory=dict)  # a privacy audit's statistics (``privacy.audit``)
+    # each stateful component's part of the run (``fedarena.round_stages``), a dict of tensors by slot: "server" (the
+    # server rule's: FoolsGold's history), "attack" (an adaptive attack's: A3FL's trigger), "audit" (a privacy
+    # audit's statistics); saved and resumed whole, never read here
+    parts: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def diverged(self) -> bool:
         return self.diverged_at is not None
 
+    def part(self, slot: str) -> dict[str, torch.Tensor]:
+        return self.parts.get(slot, {})
+
+    @property
+    def server(self) -> dict[str, torch.Tensor]:
+        return self.part(SERVER)
+
+    @property
+    def attack(self) -> dict[str, torch.Tensor]:
+        return self.part(ATTACK_STATE)
+
     def state_dict(self) -> dict:
         return {"round": self.round, "w": self.w.cpu(), "clients": {k: v.cpu() for k, v in self.clients.items()},
                 "diverged_at": self.diverged_at, "history": list(self.history),
-                "server": {k: v.cpu() for k, v in self.server.items()},
-                "attack": {k: v.cpu() for k, v in self.attack.items()},
-                "audit": {k: v.cpu() for k, v in self.audit.items()}}
+                **{slot: {k: v.cpu() for k, v in part.items()} for slot, part in self.parts.items()}}
 
     @classmethod
     def from_state_dict(cls, data: dict, device: torch.device) -> SimState:
+        parts = {slot: {k: v.to(device) for k, v in part.items()} for slot, part in data.items()
+                 if slot not in RUN_KEYS}  # a checkpoint from before a part existed has none of it
         return cls(data["round"], data["w"].to(device), {k: v.to(device) for k, v in data["clients"].items()},
-                   data["diverged_at"], list(data["history"]),
-                   {k: v.to(device) for k, v in data.get("server", {}).items()},
-                   {k: v.to(device) for k, v in data.get("attack", {}).items()},
-                   {k: v.to(device) for k, v in data.get("audit", {}).items()})
+                   data["diverged_at"], list(data["history"]), parts)
+
+
+RUN_KEYS = ("round", "w", "clients", "diverged_at", "history")  # a checkpoint's keys besides the parts
+SERVER, ATTACK_STATE = "server", "attack"  # the parts the contracts name: ``RoundDraw.server``, ``Effect.adapt``
 
 
 def initial_state(trial: Trial) -> SimState:
@@ -235,8 +243,7 @@ def finalize(trial: Trial, state: SimState) -> SimState:
             clients = method.finalize_result(local, state.w, clients, ids)
     finite = _rows_finite(clients, torch.as_tensor(everyone, device=trial.device))
     diverged_at = state.diverged_at if finite or state.diverged else state.round
-    return SimState(state.round, state.w, clients, diverged_at, state.history, state.server, state.attack,
-                    state.audit)
+    return replace(state, clients=clients, diverged_at=diverged_at)
 
 
 def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> dict:
@@ -255,11 +262,12 @@ def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> d
 
 
 def run_round(trial: Trial, state: SimState) -> SimState:
-    """One round; returns the new state (the per-client tables are updated in place)."""
+    """One round, the trial's pipeline (``fedarena.round_stages``): draw, local work, device stages, server stages,
+    the method's server step, after-round stages; returns the new state (per-client tables updated in place)."""
     t = state.round
     drawn = draw_clients(trial, t, state.server)
-    everyone = np.sort(drawn)  # the devices drawn, then an audit's canaries (ids from the number of devices on)
-    ids = everyone[everyone < trial.dataset.num_clients]
+    senders = np.sort(drawn)  # the devices drawn, then an audit's canaries (ids from the number of devices on)
+    ids = senders[senders < trial.dataset.num_clients]
     attack = adapted(trial, state, ids, t)
     pool = _round_data(trial, ids, t, attack)
     rows = torch.as_tensor(ids, device=trial.device)
@@ -269,45 +277,41 @@ def run_round(trial: Trial, state: SimState) -> SimState:
         upd, clients = train_group(trial, state.w, clients, pool, group, t)
         updates.append(upd)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
-    senders = rows if len(everyone) == len(ids) else torch.as_tensor(everyone, device=trial.device)
-    info = ServerInfo(trial.weights[senders], losses, senders, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
+    who = rows if len(senders) == len(ids) else torch.as_tensor(senders, device=trial.device)
+    info = ServerInfo(trial.weights[who], losses, who, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
         aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
-    stacked = _stacked(trial, state.w, updates, everyone[len(ids):], server)
-    if trial.privacy is not None:  # what the devices send (local DP: clipped and noised)
-        stacked = trial.privacy.before_sending(stacked, _privacy_stream(trial, t, DEVICE_NOISE))
-    stacked = _tamper(trial, stacked, everyone, t, aggregate, info)
+    view = StageView(trial, t, senders, aggregate, info.weights, info.losses, server)
+    stacked = _stacked(state.w, updates)
+    for stage in trial.pipeline.device:  # what the devices send: canaries join, local DP, tampering
+        stacked = stage(stacked, view)
     rule = aggregate
-    if trial.privacy is not None and aggregate is not None:  # central DP: clipped, uniform weights, noised
-        rule = trial.privacy.server_rule(aggregate, server, _privacy_stream(trial, t, SERVER_NOISE),
-                                         _privacy_stream(trial, t, COUNT_NOISE, device="cpu"))
+    for stage in trial.pipeline.server:  # what the server step calls: central DP
+        rule = stage(rule, view)
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
-    # under DP only the released model decides (its clipping zeroed non-finite updates): a device's own tables
-    # never leave it, so they cannot drop a round
-    finite = _all_finite(w_new) and (trial.privacy is not None or _rows_finite(clients, rows))
-    if not finite:  # drop the whole round: global model and the per-client rows it touched
+    if not _kept(trial, w_new, clients, rows):  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, rows)
-        return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history,
-                        state.server, attack, state.audit)  # the attacker's own state is its, whatever is dropped
-    audit = state.audit if trial.audit is None else trial.audit.observed(state.audit, w_new - state.w)
-    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, server, attack, audit)
+        parts = {**state.parts, ATTACK_STATE: attack}  # the attacker's own state is its, whatever is dropped
+        return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history, parts)
+    parts = {**state.parts, SERVER: server, ATTACK_STATE: attack}
+    for slot, stage in trial.pipeline.after_round:  # what observes the released model (a privacy audit)
+        parts[slot] = stage(parts.get(slot, {}), w_new - state.w, view)
+    return SimState(t + 1, w_new, clients, state.diverged_at, state.history, parts)
 
 
-def _stacked(trial: Trial, w: torch.Tensor, updates: list[torch.Tensor], canaries: np.ndarray,
-             server: dict) -> torch.Tensor:
-    """The round's rows [n, d] in id order: the devices' updates, then what an audit's drawn canaries send (their
-    directions at the round's clip bound)."""
-    if len(canaries) == 0:
-        return updates[0] if len(updates) == 1 else torch.cat(updates)  # one group (batched): no copy
-    sent = trial.audit.rows(canaries, trial.privacy.bound_now(server)).to(w.dtype)
-    return torch.cat([*updates, sent])
+def _kept(trial: Trial, w_new: torch.Tensor, clients: dict, rows: torch.Tensor) -> bool:
+    """Whether the round's result is finite. Under DP only the released model decides (its clipping zeroed
+    non-finite updates): a device's own tables never leave it, so they cannot drop a round."""
+    return _all_finite(w_new) and (trial.privacy is not None or _rows_finite(clients, rows))
 
 
-def _privacy_stream(trial: Trial, round_idx: int, draw: int, device=None) -> torch.Generator:
-    """Differential privacy's generator of one draw of a round (stream PRIVACY, keyed by round and draw)."""
-    return torch_stream(trial.cfg.seed, PRIVACY, round_idx, draw, device=device or trial.device)
+def _stacked(w: torch.Tensor, updates: list[torch.Tensor]) -> torch.Tensor:
+    """The devices' updates [n, d] in id order (one group, batched: no copy; none: no row)."""
+    if not updates:
+        return w.new_zeros((0, w.numel()))
+    return updates[0] if len(updates) == 1 else torch.cat(updates)
 
 
 def _snapshot(clients: dict, rows: torch.Tensor) -> dict:
@@ -321,27 +325,6 @@ def _restore(clients: dict, saved: dict, rows: torch.Tensor) -> None:
             clients[key].copy_(old)
         else:
             clients[key].index_copy_(0, rows, old)
-
-
-def _tamper(trial: Trial, updates: torch.Tensor, ids: np.ndarray, round_idx: int, aggregate: Aggregator | None,
-            info: ServerInfo) -> torch.Tensor:
-    """The updates after a model attack's tampering (the malicious rows'; ``ids`` the rows' clients, an audit's
-    canaries among them never malicious); an attack that reads the server's rule sees it as the round's
-    ``RoundRule`` (the aggregator for the round, with the round's weights and losses)."""
-    effect = trial.threat.effect
-    if effect.tamper is None or not effect.active(round_idx):  # most rounds of most runs: nothing to build
-        return updates
-    malicious, devices = trial.threat.malicious, ids < len(trial.threat.malicious)
-    bad = np.zeros(len(ids), dtype=bool)
-    bad[devices] = malicious[ids[devices]]
-    bad = torch.as_tensor(bad, device=updates.device)
-    if not bool(bad.any()):
-        return updates
-    gen = torch_stream(trial.cfg.seed, TAMPER, round_idx, device=trial.device)
-    extra = {"rule": RoundRule(aggregate, info.weights, info.losses)} if effect.needs_rule else {}
-    if effect.needs_ids:
-        extra["ids"] = torch.as_tensor(ids)
-    return effect.tamper(updates, bad, gen, **extra)
 
 
 def _global_losses(trial: Trial, w: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
@@ -376,12 +359,8 @@ def evaluate_state(trial: Trial, state: SimState) -> tuple[Counts, dict[str, flo
         counts = replace(counts, backdoor=backdoor)
     val = evaluate(trial.model, params, trial.val, trial.dataset.num_classes, key=keys[1])
     metrics = compute_metrics(counts, trial.threat.malicious, state.diverged, val)
-    certify = trial.aggregate.entry.certify if trial.aggregate is not None else None
-    if certify is not None:  # a certified defense's guarantee, from the run's state (CRFL: its pre-noise model)
-        metrics.update(certify(trial, state, **trial.aggregate.params))
-    if trial.audit is not None:  # a privacy audit's measured epsilons, from its canaries' statistics, and whether
-        estimates = trial.audit.estimates(state.audit, state.w, trial.w0, state.round)  # they refute the claim
-        metrics.update(estimates, audit_exceeded=exceeded(estimates, trial.privacy.properties(state.round)))
+    for metric in trial.pipeline.evaluation:  # a certificate (CRFL's radius), an audit's measured epsilons
+        metrics.update(metric(trial, state))
     return counts, metrics
 
 

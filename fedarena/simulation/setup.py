@@ -28,7 +28,9 @@ from fedarena.models.functional import model_from
 from fedarena.privacy.audit import CanaryAudit, with_canaries
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
 from fedarena.privacy.mechanisms import privacy_from
+from fedarena.privacy.stages import privacy_pipeline
 from fedarena.round_inputs import prepared_inputs
+from fedarena.round_stages import Pipeline
 from fedarena.sections import check_clients_per_round, check_method_model, check_server_rule, resolve_config
 from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation, plan_schedule
@@ -62,6 +64,7 @@ class Trial:
     # ``prepare`` made for the trial (FLTrust's root set, DeepSight's probe)
     inputs: tuple[str, ...] = ()
     prepared: Mapping[str, Any] = field(default_factory=dict)
+    pipeline: Pipeline = Pipeline()  # its stages in the round, in order (``fedarena.round_stages``)
     ahead: RoundsAhead | None = None  # the next rounds' draws and plans, computed several at a time (a cache)
     stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
     test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
@@ -111,8 +114,17 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     trial = Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
                   make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                   *targeted_pools(threat, dataset, device), privacy=privacy, ahead=ahead, stamp_check=stamp_check,
-                  test_stamp_check=test_stamp_check, audit=audit)
+                  test_stamp_check=test_stamp_check, audit=audit, pipeline=round_pipeline(aggregate, threat, privacy, audit))
     return with_inputs(trial)
+
+
+def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: PrivacyPlan | None,
+                   audit: CanaryAudit | None) -> Pipeline:
+    """The trial's stages, in the order they run: privacy's (an audit's canaries join and local DP noises what the
+    devices send; central DP wraps the rule; the audit observes and measures), the threat's (an attack tampers
+    with its devices' rows after the devices' own noise), the rule's (its certificate at each evaluation)."""
+    rule = Pipeline() if aggregate is None else aggregate.pipeline()
+    return privacy_pipeline(privacy, audit) + threat.pipeline() + rule
 
 
 def with_inputs(trial: Trial) -> Trial:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from fedarena.methods.aggregators.base import (
 )
 from fedarena.params import SectionKind, hyperparameters
 from fedarena.round_inputs import provided
+from fedarena.round_stages import Pipeline
 
 STRUCTURAL_KEYS = ("name", "pre", "f")
 RULE_ARGUMENTS = ("weights", "losses", "f", "round")
@@ -63,6 +65,12 @@ class Aggregator:
         """Whether the rule or a pre-aggregator reads the round's draw (``for_round``); the others need none
         built."""
         return self.entry.needs_round or any(entry.reads_round for entry in self.pre_fns)
+
+    def pipeline(self) -> Pipeline:
+        """The rule's stages besides aggregating (``fedarena.round_stages``): a certificate it computes at each
+        evaluation from the run's state (``AggregatorEntry.certify``)."""
+        certify = self.entry.certify
+        return Pipeline() if certify is None else Pipeline(evaluation=(partial(certify, **self.params),))
 
     def for_round(self, draw: RoundDraw) -> Aggregator:
         """This aggregator for one round (rules that read ``round`` see its draw order and seed stream)."""
