@@ -25,8 +25,8 @@ from fedarena.methods.aggregators.crfl import check_crfl_method
 from fedarena.methods.base import METHOD_SECTION, Method, method_from
 from fedarena.models.zoo import AUTO, MODEL_SECTION
 from fedarena.params import SectionKind
+from fedarena.privacy.base import PRIVACY_SECTION, privacy_from
 from fedarena.privacy.dp_trial import check_privacy
-from fedarena.privacy.mechanisms import PRIVACY_SECTION, privacy_from
 
 KINDS: dict[str, SectionKind] = {
     "dataset": DATASET_SECTION,

@@ -29,7 +29,7 @@ from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
 from fedarena.privacy.accounting import ACCOUNTANT
-from fedarena.privacy.mechanisms import PRIVACY
+from fedarena.privacy.base import PRIVACY
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites import SUITES
 

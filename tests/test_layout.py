@@ -110,3 +110,61 @@ def test_no_two_modules_share_a_file_name_but_the_package_conventions():
     for path in FILES:
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in shared} == {}
+
+
+# the registration decorators of the kinds the engine runs (a rule, a pre-aggregator, an attack, a method, a privacy
+# mechanism) and the call that imports every module of a package (which registers them all)
+REGISTERS = {"aggregator", "pre_aggregator", "attack", "method", "register"}
+COMPONENT_PACKAGES = ("attacks", "methods", "privacy")
+
+
+def registers_components(module: str) -> bool:
+    """Whether importing ``module`` itself registers a component: a registration decorator in it, or a call of
+    ``import_submodules`` (a package's ``__init__``)."""
+    path = ROOT.parent / (module.replace(".", "/") + ".py")
+    path = path if path.exists() else ROOT.parent / module.replace(".", "/") / "__init__.py"
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        decorators = getattr(node, "decorator_list", [])
+        names = {f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                 for f in (d.func for d in decorators if isinstance(d, ast.Call))}
+        if names & REGISTERS:
+            return True
+    return any(isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+               and getattr(node.value.func, "id", None) == "import_submodules" for node in tree.body)
+
+
+def test_the_simulation_imports_only_the_contracts_of_components():
+    # the round loop runs whatever a trial's components declare (round inputs, stages): it imports the contracts
+    # of attacks, methods, aggregators and privacy, never a module that registers one of them
+    engine = [m for m in MODULES if part(m) == "simulation"]
+    imported = {t for m in engine for t in GRAPH[m][0] | GRAPH[m][1] if part(t) in COMPONENT_PACKAGES}
+    imported = {t for t in imported if t in MODULES}  # a name imported from a module is not a module
+    assert imported and not sorted(t for t in imported if registers_components(t))
+
+
+def built_in_component_names() -> set[str]:
+    from fedarena.attacks.base import ATTACKS
+    from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
+    from fedarena.methods.base import METHODS
+    from fedarena.privacy.base import NONE, PRIVACY
+    from fedarena.round_inputs import INPUTS
+    kinds = (AGGREGATORS, PRE_AGGREGATORS, ATTACKS, METHODS, PRIVACY, INPUTS)
+    return {name for registry in kinds for name in registry.built_in()} - {NONE}  # "none": no mechanism at all
+
+
+def test_the_simulation_names_no_component():
+    # no string in fedarena/simulation/ (docstrings aside) is a built-in component's name: the engine never
+    # branches on which rule, attack, method, mechanism or input a trial has
+    names = built_in_component_names()
+    found = {}
+    for path in sorted((ROOT / "simulation").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and id(n) not in docstrings}
+        if strings & names:
+            found[path.name] = sorted(strings & names)
+    assert len(names) > 60 and found == {}

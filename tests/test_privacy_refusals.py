@@ -23,8 +23,9 @@ from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import make_aggregator
 from fedarena.methods.base import METHOD_SECTION, METHODS, method_from
 from fedarena.methods.basic import FedAvg
+from fedarena.privacy.base import PRIVACY
 from fedarena.privacy.dp_trial import COVERED, CentralRule, PrivacyPlan, check_privacy, method_reads
-from fedarena.privacy.mechanisms import PRIVACY, central_dp, local_dp, no_privacy
+from fedarena.privacy.mechanisms import central_dp, local_dp, no_privacy
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, load_dataset
 

@@ -39,7 +39,7 @@ from fedarena.attacks.bounds import TriggerBound
 from fedarena.attacks.checks import fraction, positive
 from fedarena.attacks.optimized import reference_rows
 from fedarena.datasets.base import FederatedDataset, Split
-from fedarena.datasets.pixels import check_varying, raw_to_input
+from fedarena.datasets.pixels import check_varying, image_shape, raw_to_input
 from fedarena.errors import ConfigError
 
 POSITIONS = ("bottom_right", "top_left", "top_right", "bottom_left")
@@ -64,16 +64,6 @@ class Patch:
     def parts(self, count: int) -> list[tuple[tuple[int, int], ...]]:
         """The pixels split into ``count`` parts (row-major runs): DBA's local triggers, whose union is it."""
         return [tuple(map(tuple, part)) for part in np.array_split(np.array(self.pixels), count)]
-
-
-def image_shape(dataset: FederatedDataset, attack: str) -> tuple[int, int]:
-    """(H, W) of the dataset's images; ConfigError for non-image inputs."""
-    if "image_shape" in dataset.meta:
-        return tuple(dataset.meta["image_shape"])
-    if len(dataset.input_shape) in (2, 3):
-        return tuple(dataset.input_shape[-2:])
-    raise ConfigError(f"attack {attack!r} stamps a pixel trigger, but dataset {dataset.name!r} has inputs of shape "
-                      f"{list(dataset.input_shape)}, not images; use targeted_flip on such data")
 
 
 def make_patch(dataset: FederatedDataset, attack: str, size: int, position, value: float | None) -> Patch:

@@ -229,12 +229,6 @@ def attack_reads(section: dict) -> tuple[str, ...]:
     return tuple(declared)
 
 
-@attack("none", device_reads=())
-def no_attack(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator) -> Effect:
-    """Clean training (level must be 0)."""
-    return Effect(dataset)
-
-
 def level_value(section: dict) -> float:
     """The section's corruption level, checked to be a fraction in [0, 1)."""
     level = section.get("level", 0.0)

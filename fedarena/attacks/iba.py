@@ -44,12 +44,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedarena.attacks.backdoor import check_target, image_shape, stop
+from fedarena.attacks.backdoor import check_target, stop
 from fedarena.attacks.base import AttackView, Backdoor, Effect, attack
 from fedarena.attacks.bounds import TriggerBound
 from fedarena.attacks.checks import fraction, positive, whole
 from fedarena.datasets.base import FederatedDataset
-from fedarena.datasets.pixels import check_varying, valid_box
+from fedarena.datasets.pixels import check_varying, image_shape, valid_box
 from fedarena.errors import ConfigError
 
 GENERATOR = "generator"  # the state's key: the generator's flat parameters

@@ -17,8 +17,8 @@ import torch
 from fedarena.bench.grid import TrialSpec
 from fedarena.errors import ConfigError
 from fedarena.privacy.audit import check_size
+from fedarena.privacy.base import privacy_from
 from fedarena.privacy.dp_trial import check_attack_privacy
-from fedarena.privacy.mechanisms import privacy_from
 from fedarena.registry import UnknownNameError
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, build_trial_model, load_dataset

@@ -115,3 +115,13 @@ def valid_box(dataset) -> tuple[torch.Tensor, torch.Tensor]:
 def raw_to_input(dataset, raw_fraction) -> torch.Tensor:
     """[input shape]: raw pixel values (fractions of the raw range, 0 black, 1 white) in the dataset's inputs."""
     return scale_of(dataset).to_input(raw_fraction, tuple(dataset.input_shape))
+
+
+def image_shape(dataset, attack: str) -> tuple[int, int]:
+    """(H, W) of the dataset's images; ConfigError for non-image inputs."""
+    if "image_shape" in dataset.meta:
+        return tuple(dataset.meta["image_shape"])
+    if len(dataset.input_shape) in (2, 3):
+        return tuple(dataset.input_shape[-2:])
+    raise ConfigError(f"attack {attack!r} stamps a pixel trigger, but dataset {dataset.name!r} has inputs of shape "
+                      f"{list(dataset.input_shape)}, not images; use targeted_flip on such data")

@@ -38,8 +38,7 @@ from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
 
 from fedarena.errors import ConfigError
-from fedarena.privacy.mechanisms import ACCOUNTANTS
-from fedarena.registry import Registry
+from fedarena.privacy.base import ACCOUNTANT, ACCOUNTANTS
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 ADD_OR_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE  # a privacy audit's claim (``add_remove_epsilon``)
@@ -51,7 +50,6 @@ DEFAULT_DELTA = 1e-5  # at most; N^-1.1 where that is smaller (``default_delta``
 # neighbours at -1 and +1), hence twice the multiplier
 READING = {"rdp": 1.0, "pld": 2.0}
 
-ACCOUNTANT: Registry = Registry("accountant")
 
 
 @ACCOUNTANT.register("rdp", version=1)

@@ -36,7 +36,7 @@ from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import Aggregator
 from fedarena.methods.base import METHODS, Method
 from fedarena.privacy import accounting
-from fedarena.privacy.mechanisms import PrivacySpec
+from fedarena.privacy.base import PrivacySpec
 from fedarena.privacy.noise import clip_rows, gaussian, local_privatize, next_clip, unclipped_count
 
 CLIP_STATE = "dp_clip"  # the adaptive bound, in the server's state (``SimState.server``)

@@ -18,7 +18,7 @@ import torch
 
 from fedarena.attacks.base import AttackView
 from fedarena.attacks.bounds import checked_corrupt
-from fedarena.methods.aggregators import EXCLUDED, RoundDraw
+from fedarena.methods.aggregators.base import EXCLUDED, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.round_inputs import computed_inputs
 from fedarena.round_stages import StageView

@@ -41,9 +41,8 @@ from fedarena.methods.aggregators.base import PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import expected_malicious, pre_names
 from fedarena.models.backends import planned_backend
 from fedarena.params import TrialFacts, hyperparameters
-from fedarena.privacy.accounting import ACCOUNTANT
-from fedarena.privacy.mechanisms import NONE as NO_PRIVACY
-from fedarena.privacy.mechanisms import privacy_from
+from fedarena.privacy.base import ACCOUNTANT, privacy_from
+from fedarena.privacy.base import NONE as NO_PRIVACY
 from fedarena.sections import KINDS, resolve_config
 from fedarena.simulation.engine import ENGINE_VERSION
 from fedarena.simulation.metrics import METRICS

@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedarena.attacks import ThreatModel
-from fedarena.attacks.base import check_benign_in_every_round, threat_from
+from fedarena.attacks.base import ThreatModel, check_benign_in_every_round, threat_from
 from fedarena.attacks.bounds import StampCheck
 from fedarena.config import ExperimentConfig, ResolvedConfig
 from fedarena.datasets import FederatedDataset
@@ -26,8 +25,8 @@ from fedarena.models import FlatModel
 from fedarena.models.backends import Backend, make_backend
 from fedarena.models.functional import model_from
 from fedarena.privacy.audit import CanaryAudit, with_canaries
+from fedarena.privacy.base import privacy_from
 from fedarena.privacy.dp_trial import PrivacyPlan, check_privacy, privacy_plan
-from fedarena.privacy.mechanisms import privacy_from
 from fedarena.privacy.stages import privacy_pipeline
 from fedarena.round_inputs import prepared_inputs
 from fedarena.round_stages import Pipeline

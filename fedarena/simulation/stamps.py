@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from fedarena.attacks.backdoor import image_shape
 from fedarena.attacks.base import Effect
 from fedarena.attacks.bounds import StampCheck, TriggerBound, check_stamped
 from fedarena.datasets import FederatedDataset
-from fedarena.datasets.pixels import valid_box
+from fedarena.datasets.pixels import image_shape, valid_box
 
 
 def stamp_checks(attack: str, bound: TriggerBound | None,
