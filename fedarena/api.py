@@ -27,7 +27,14 @@ from fedarena.bench.callback import identity_tags
 from fedarena.bench.grid import TrialSpec
 from fedarena.bench.runner import BenchSummary, benchmark, open_store
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE, write_final
-from fedarena.config import SECTIONS, ExperimentConfig, apply_override, read_yaml_file
+from fedarena.config import (
+    SECTIONS,
+    TOP_LEVEL_KEYS,
+    ExperimentConfig,
+    ResolvedConfig,
+    apply_override,
+    read_yaml_file,
+)
 from fedarena.contracts import load_checked
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import leaderboard
@@ -92,6 +99,9 @@ def make_config(config: ExperimentConfig | Mapping[str, Any] | str | Path | None
     then ``settings`` applied as ``--set`` applies them: top-level keys (``rounds=50``), ``section.key`` or a
     chosen component's hyperparameters by bare name (``lam=0.1``); the config is resolved once however many
     settings there are."""
+    pairs = [*sets, *settings.items()]
+    if isinstance(config, ResolvedConfig) and not pairs:  # what the CLI built: taken as it is, not resolved again
+        return config
     if config is None:
         data = ExperimentConfig().to_dict()
     elif isinstance(config, ExperimentConfig):
@@ -103,16 +113,21 @@ def make_config(config: ExperimentConfig | Mapping[str, Any] | str | Path | None
         data = {**ExperimentConfig().to_dict(), **loaded}
     else:
         data = {**ExperimentConfig().to_dict(), **dict(config)}
-    cfg = ExperimentConfig.from_dict(data)
-    pairs = [*sets, *settings.items()]
-    keys = section_keys(cfg) if pairs else {}
-    for key, value in pairs:
-        apply_override(data, key, value, keys)
-        if key in SECTIONS or key.endswith(".name"):  # another component: its own keys from now on
-            keys = section_keys(ExperimentConfig.from_dict(data))
     if pairs:
-        cfg = ExperimentConfig.from_dict(data)
-    return resolve_config(cfg)
+        apply_settings(data, pairs)
+    return resolve_config(ExperimentConfig.from_dict(data))
+
+
+def apply_settings(data: dict, pairs: list[tuple[str, Any]]) -> None:
+    """``--set`` pairs applied in order to a config's dict; the chosen components' keys (for a bare
+    hyperparameter name) are worked out only where a bare name comes, and anew after a component changes."""
+    keys = None
+    for key, value in pairs:
+        if keys is None and "." not in key and key not in TOP_LEVEL_KEYS:
+            keys = section_keys(ExperimentConfig.from_dict(data))
+        apply_override(data, key, value, keys or {})
+        if key in SECTIONS or key.endswith(".name"):  # another component: its own keys from now on
+            keys = None
 
 
 def run(config: ExperimentConfig | Mapping[str, Any] | str | Path | None = None, *, include: Iterable[str | Path] = (),

@@ -9,7 +9,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from fedarena.bench.commands import add_include
-from fedarena.config import ExperimentConfig, apply_override, parse_value, read_yaml_file
+from fedarena.config import ExperimentConfig, parse_value
 from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 
@@ -55,26 +55,18 @@ def _result_file(text: str) -> Path:
 
 
 def config_from_args(args) -> ExperimentConfig:
-    """The resolved config of ``fedarena run``'s file, flags and ``--set`` pairs (resolved once)."""
+    """The resolved config of ``fedarena run``'s file, flags and ``--set`` pairs (``api.make_config``: read and
+    resolved once; ``api.run`` takes it as it is)."""
     from fedarena.api import make_config  # torch and the registries: not needed by `fedarena --help`
 
-    data = ExperimentConfig().to_dict()
-    if args.config:
-        loaded = read_yaml_file(args.config) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{args.config}: expected a mapping of config keys, got {type(loaded).__name__}")
-        data = {**data, **loaded}
-    for flag, key in RUN_FLAGS.items():
-        value = getattr(args, flag)
-        if value is not None:
-            apply_override(data, key, value, {})
+    flags = [(key, getattr(args, flag)) for flag, key in RUN_FLAGS.items() if getattr(args, flag) is not None]
     sets = []
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
         sets.append((key.strip(), parse_value(text)))
-    return make_config(data, sets)
+    return make_config(args.config, [*flags, *sets])
 
 
 def cmd_run(args) -> int:

@@ -119,6 +119,9 @@ class ResolvedConfig(ExperimentConfig):
     ``sections.resolve_config`` returns and every builder of a trial takes, so nothing is resolved twice."""
 
 
+TOP_LEVEL_KEYS = frozenset({f.name for f in dataclasses.fields(ExperimentConfig)} - set(SECTIONS))  # rounds, lr, ...
+
+
 def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
@@ -203,14 +206,13 @@ def apply_override(data: dict, key: str, value: Any, section_params: dict[str, s
             raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {', '.join(SECTIONS)}")
         _set_nested(data.setdefault(section, {}), sub.split("."), value, key)
         return
-    top_level = {f.name for f in dataclasses.fields(ExperimentConfig)} - set(SECTIONS)
-    if key in top_level:
+    if key in TOP_LEVEL_KEYS:
         data[key] = value
         return
     owners = [s for s, keys in section_params.items() if key in keys]
     if len(owners) != 1:
         found = f"it belongs to {owners}; write section.{key}" if owners else "no component takes it"
-        known = sorted(top_level | {f"{s}.{k}" for s, keys in section_params.items() for k in keys})
+        known = sorted(TOP_LEVEL_KEYS | {f"{s}.{k}" for s, keys in section_params.items() for k in keys})
         raise ConfigError(f"cannot set {key!r}: {found}. Settable keys: {', '.join(known)}")
     data.setdefault(owners[0], {})[key] = value
 

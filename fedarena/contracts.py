@@ -3,7 +3,9 @@ used (``fedarena.api.load_plugins``), so that a broken component is one line nam
 benchmark: the checks the built-in components pass in the test suite.
 
 - aggregator: on a small round of updates (float64 and float32) it returns one [d] vector of the updates'
-  dtype, finite, the same for any order of the rows (permutation invariance, to float tolerance);
+  dtype, finite, the same for any order of the rows (permutation invariance, to float tolerance); the round inputs
+  it reads are their providers' stand-ins (``round_input(..., stand_in=...)``), which every input a plugin's rule
+  reads must declare;
 - attack: built at its defaults on a small image dataset, it returns an ``Effect`` whose tamper returns the
   updates' shape and leaves the benign rows as they are;
 - method: a ``Method`` subclass built at its defaults; dataset: its model is registered; model, metric,
@@ -26,6 +28,7 @@ from fedarena.methods.base import METHODS, Method
 from fedarena.models.zoo import MODELS
 from fedarena.plugins import PluginSource, load_plugins, unload
 from fedarena.registry import Origin
+from fedarena.round_inputs import INPUTS
 from fedarena.sections import AGGREGATOR_SECTION
 from fedarena.simulation.metrics import METRICS
 
@@ -75,6 +78,11 @@ def check_aggregator(name: str) -> None:
             continue
     else:
         raise ContractError("it is undefined on a round of 7 updates with f = 1 or 0")
+    unmade = [name for name in rule.inputs if INPUTS.get(name).stand_in is None]
+    if unmade:
+        raise ContractError(f"it reads the round input(s) {', '.join(unmade)}, which declare no stand_in: give "
+                            "round_input(..., stand_in=...) a value of the input's shape made from the updates, so "
+                            "that the rule can be checked (and timed) on a made-up round")
     for dtype in (torch.float64, torch.float32):
         updates = base.to(dtype)
         out = _call(rule, updates, torch.arange(7))
@@ -92,7 +100,8 @@ def check_aggregator(name: str) -> None:
 def _call(rule, updates: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """The rule on a round whose rows were drawn in ``order`` (ids follow the rows), with what it reads."""
     n = updates.shape[0]
-    draw = RoundDraw(order, 0, order.clone(), {}, torch.ones(updates.shape[1], dtype=updates.dtype))
+    inputs = {name: INPUTS.get(name).stand_in(updates) for name in rule.inputs}  # stand-ins: a made-up round
+    draw = RoundDraw(order, 0, order.clone(), {}, inputs)
     losses = torch.linspace(0.5, 1.5, n, dtype=updates.dtype)[order] if rule.needs_losses else None
     return rule.for_round(draw)(updates, torch.ones(n, dtype=updates.dtype), losses)
 

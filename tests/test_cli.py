@@ -65,3 +65,21 @@ def test_a_bad_config_file_is_one_line_naming_file_line_and_column(tmp_path, cap
     assert main(["run", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "r.json")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_fedarena_run_reads_builds_and_resolves_its_config_once(tmp_path, monkeypatch):
+    # one path from the command line to a config: the file and flags read once, one build of the whole config (and
+    # one more where a bare --set key needs the chosen components' keys), one resolution, none again in fedarena.run
+    from fedarena.config import ExperimentConfig
+
+    built, original = [], ExperimentConfig.from_dict.__func__
+    monkeypatch.setattr(ExperimentConfig, "from_dict",
+                        classmethod(lambda cls, data: built.append(cls.__name__) or original(cls, data)))
+    config = tmp_path / "config.yaml"
+    config.write_text("dataset: {name: synthetic, num_clients: 10}\nrounds: 1\n")
+    code = main(["run", "--config", str(config), "--method", "global", "--set", "eval_every=1", "--set", "lr=0.05",
+                 "--set", "dataset.dim=20", "--set", "max_samples=60", "--out", str(tmp_path / "r.json"),
+                 "--no-progress"])
+    assert code == 0 and built == ["ExperimentConfig", "ExperimentConfig", "ResolvedConfig"]
+    saved = json.loads((tmp_path / "r.json").read_text())["config"]
+    assert (saved["dataset"]["max_samples"], saved["dataset"]["dim"], saved["lr"]) == (60, 20, 0.05)

@@ -28,8 +28,8 @@ from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import AGGREGATORS, PRE_AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.models.zoo import MODELS
-from fedarena.privacy.accounting import ACCOUNTANT
-from fedarena.privacy.base import PRIVACY
+from fedarena.privacy.base import ACCOUNTANT, PRIVACY
+from fedarena.round_inputs import CORE, INPUTS
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites import SUITES
 
@@ -75,6 +75,8 @@ FILES = {
     "not_a_db.db": "plain text, not SQLite\n",
     # plugins that cannot load, or whose component breaks its kind's contract
     "plugin_typo.py": "from fedarena import aggregator\n\nVALUE = undefined_name + 1\n",
+    "plugin_no_input.py": ("from fedarena import aggregator\n\n@aggregator('reads_nosuch', reads=('round', 'nosuch'))\n"
+                           "def reads_nosuch(updates, *, weights, losses, f, round=None):\n    return updates.mean(0)\n"),
     "plugin_duplicate.py": ("from fedarena import aggregator, check_updates\n\n@aggregator('median')\n"
                             "def median(updates, *, weights, losses, f):\n    return updates.mean(0)\n"),
     "plugin_first_row.py": ("from fedarena import aggregator\n\n@aggregator('bad_first_row')\n"
@@ -93,7 +95,7 @@ ALL = {  # registry kind -> its names, for "the message lists every allowed name
     "dataset": DATASETS.names(), "model": MODELS.names(), "method": METHODS.names(), "attack": ATTACKS.names(),
     "aggregator": AGGREGATORS.names(), "pre-aggregator": PRE_AGGREGATORS.names(),
     "partition": PARTITIONERS.names(), "metric": list(METRIC_DIRECTIONS), "suite": SUITES.names(),
-    "privacy": PRIVACY.names(), "accountant": ACCOUNTANT.names(),
+    "privacy": PRIVACY.names(), "accountant": ACCOUNTANT.names(), "round input": [*CORE, *INPUTS.names()],
 }
 
 # (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
@@ -334,6 +336,8 @@ REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind 
     "privacy": (("run", *OUT, "--privacy", "nosuch"), ["unknown privacy 'nosuch'; available: central, local, none"]),
     "accountant": (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", "--set", "privacy.accountant=nosuch"),
                    ["privacy 'central': accountant must be one of", "got 'nosuch'"]),
+    "round input": (("run", *OUT, "--include", "{T}/plugin_no_input.py", "--aggregator", "reads_nosuch"),
+                    ["aggregator 'reads_nosuch'", "reads 'nosuch', which no round input provides; known:"]),
 }
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     """(command words, its parser) for every leaf subcommand, e.g. (("bench", "run"), parser)."""

@@ -168,3 +168,24 @@ def test_the_simulation_names_no_component():
         if strings & names:
             found[path.name] = sorted(strings & names)
     assert len(names) > 60 and found == {}
+
+
+def test_every_built_in_threat_and_defense_registers_through_the_public_api():
+    # a plugin's decorators (``from fedarena import aggregator, pre_aggregator, attack, round_input``) are the only
+    # way fedarena's own threats and defenses register: no module but a registry's own base adds to it directly
+    import fedarena
+    from fedarena.attacks import base as attacks_base
+    from fedarena.methods.aggregators import base as aggregators_base
+    from fedarena.round_inputs import round_input
+    assert (fedarena.aggregator, fedarena.pre_aggregator, fedarena.attack, fedarena.round_input) == (
+        aggregators_base.aggregator, aggregators_base.pre_aggregator, attacks_base.attack, round_input)
+    registries = {"AGGREGATORS", "PRE_AGGREGATORS", "ATTACKS", "INPUTS"}
+    direct = []
+    for path in sorted([*(ROOT / "attacks").glob("*.py"), *(ROOT / "methods" / "aggregators").glob("*.py")]):
+        if path.name == "base.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("add", "register")
+                    and getattr(node.func.value, "id", None) in registries):
+                direct.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert direct == []

@@ -28,7 +28,7 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from fedarena.config import ExperimentConfig
-from fedarena.privacy import accounting, mechanisms
+from fedarena.privacy import accounting, base
 from fedarena.simulation.identity import registered_version, trial_identity
 
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
@@ -224,7 +224,7 @@ def test_a_trial_without_privacy_has_no_privacy_or_accountant_version():
 
 
 def test_the_accountants_a_config_may_name_are_the_versioned_ones():
-    assert tuple(accounting.ACCOUNTANT.registered()) == mechanisms.ACCOUNTANTS
+    assert tuple(accounting.ACCOUNTANT.registered()) == base.ACCOUNTANTS
 
 
 def test_an_integer_count_noise_is_accounted_as_its_float():

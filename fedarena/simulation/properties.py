@@ -1,7 +1,8 @@
 """Run properties: numbers that describe the run itself rather than what its evaluation counted, reported beside
 the metrics at every evaluated round and in ``final``: under differential privacy the budget spent (``epsilon``,
-at ``delta``) and the ``noise_multiplier`` used, and where audited the measured epsilons; under a certified defense its guarantee (CRFL's
-``certified_radius``, computed at evaluation by the rule's ``certify``).
+at ``delta``) and the ``noise_multiplier`` used, and where audited the measured epsilons; under a certified defense
+its guarantee (computed at evaluation by the rule's ``certify``, the properties its entry ``reports``: CRFL's
+``certified_radius``; a plugin rule's too).
 
 A property may be infinite (no noise: no guarantee), and infinity is a value, not a missing number: the result
 file writes it as JSON's ``Infinity`` and the store's reader gives it back as ``inf`` (MLflow keeps it as the
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import math
 
+from fedarena.methods.aggregators.base import AGGREGATORS
+
 # name -> higher is better (None: neither): the privacy spent, at which delta, and the noise multiplier the run used
 # (given, or calibrated from a target epsilon)
-RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None,
-                                          "certified_radius": True,  # CRFL's guarantee (aggregators/crfl.py)
+PRIVACY_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None,
                                           # a privacy audit's (``privacy.audit``): the epsilon of add-or-remove
                                           # adjacency, the measured ones with their intervals, the canary count
                                           "epsilon_add_remove": False, "audit_canaries": None,
@@ -23,6 +25,16 @@ RUN_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "nois
                                           **{f"epsilon_empirical_{which}{end}": False for which in ("final", "iterates")
                                              for end in ("", "_low", "_high")},
                                           "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
+
+
+def run_property_directions() -> dict[str, bool | None]:
+    """name -> higher is better (None: neither) of every run property: privacy's, and those every rule registered
+    now reports (a plugin's too)."""
+    declared = {name: better for rule in AGGREGATORS.names() for name, better in AGGREGATORS.get(rule).reports.items()}
+    return {**PRIVACY_PROPERTIES, **declared}
+
+
+RUN_PROPERTIES: dict[str, bool | None] = run_property_directions()  # the built-in ones (at import, before any plugin)
 MLFLOW_INFINITY = 1.7976931348623157e308  # what MLflow's SQL store writes for an infinite metric
 
 

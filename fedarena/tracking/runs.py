@@ -46,7 +46,7 @@ from mlflow.tracking import MlflowClient
 
 from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import metric_directions
-from fedarena.simulation.properties import RUN_PROPERTIES
+from fedarena.simulation.properties import run_property_directions
 from fedarena.tracking.reading import (
     REUSED_FROM,
     RunSummary,
@@ -220,14 +220,15 @@ class RunStore:
 def _metric_entries(metrics: Mapping[str, float], round_idx: int, now: int) -> list[Metric]:
     """The schema's metrics of one round with a finite value (others, e.g. ``round``, are not metrics), and
     what the run cost (``cost_*``, at its last round)."""
-    keys = [*metric_directions(), *RUN_PROPERTIES, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
+    properties = run_property_directions()
+    keys = [*metric_directions(), *properties, *sorted(k for k in metrics if k.startswith(COST_PREFIX))]
     return [Metric(key, float(metrics[key]), now, round_idx) for key in keys
-            if key in metrics and metrics[key] is not None and _kept(key, float(metrics[key]))]
+            if key in metrics and metrics[key] is not None and _kept(key, float(metrics[key]), properties)]
 
 
-def _kept(key: str, value: float) -> bool:
+def _kept(key: str, value: float, properties: Mapping[str, bool | None]) -> bool:
     """Finite values, and a run property's infinity (a value: no privacy guarantee), never NaN."""
-    return math.isfinite(value) or (key in RUN_PROPERTIES and math.isinf(value))
+    return math.isfinite(value) or (key in properties and math.isinf(value))
 
 
 def _tag(value: Any) -> str:

@@ -63,8 +63,10 @@ class AggregatorEntry:
     # cannot follow a pre-aggregator that merges clients' rows (bucketing)
     per_client: bool = False
     # certify(trial, state, **hyperparameters) -> run properties from the run's state at each evaluation (CRFL: the
-    # certified radius of its pre-noise model); None: the rule certifies nothing
+    # certified radius of its pre-noise model); None: the rule certifies nothing. ``reports``: the properties it
+    # gives, each with whether higher is better (None: neither), so that the store logs them and the tables read them
     certify: Callable[..., dict] | None = None
+    reports: Mapping[str, bool | None] = field(default_factory=dict)
     # whether the rule may remove clients from the federation (``server[EXCLUDED]``, FLDetector): the engine stops
     # drawing them, so no one knows before the run how often a device takes part (local DP's accounting needs it)
     excludes: bool = False
@@ -240,7 +242,8 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
                effective: dict[str, Callable] | None = None, selects: Callable[..., torch.Tensor] | None = None,
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
                per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None,
-               excludes: bool = False, device_reads: tuple[str, ...] = (), **flags: bool):
+               reports: Mapping[str, bool | None] | None = None, excludes: bool = False,
+               device_reads: tuple[str, ...] = (), **flags: bool):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, what it reads besides the updates
     (``reads``: see ``AggregatorEntry``; the older flags ``needs_losses``, ``uses_weights``, ``needs_round``,
     ``needs_root``, ``needs_probe`` are taken as the reads they stand for), its version (bump it with any change
@@ -248,7 +251,8 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
     rows the function that says which (``selects``), its sensitivity to one clipped update (``sensitivity``,
     central DP) and whether it needs only the updates' sum (``sum_only``, secure aggregation; default: it needs
     each update), the search space of its hyperparameters (``search``, what ``fedarena tune`` explores), a
-    certificate it computes from the run's state at each evaluation (``certify``), whether it removes clients
+    certificate it computes from the run's state at each evaluation (``certify``, with the properties it ``reports``:
+    name -> whether higher is better), whether it removes clients
     (``excludes``) and what else it reads from the devices besides their updates and its inputs
     (``device_reads``)."""
     unknown = sorted(set(flags) - set(LEGACY_READS))
@@ -257,10 +261,15 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
                         f"{', '.join(LEGACY_READS)}")
     declared = checked_reads(tuple(reads) + tuple(LEGACY_READS[k] for k, on in flags.items() if on),
                              f"aggregator {name!r}")
+    reports = dict(reports or {})
+    if (certify is None) != (not reports) or not all(v in (True, False, None) for v in reports.values()):
+        raise ConfigError(f"aggregator {name!r}: a certify hook and the properties it reports come together "
+                          f"(reports={{name: higher is better, True, False or None}}); got certify={certify!r}, "
+                          f"reports={reports!r}")
 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, declared, selects,
-                                              sensitivity, sum_only, per_client, certify, excludes,
+                                              sensitivity, sum_only, per_client, certify, reports, excludes,
                                               tuple(device_reads)),
                         version=version, effective=effective, search=search)
         return fn

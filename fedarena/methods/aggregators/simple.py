@@ -10,14 +10,13 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
-    PRE_AGGREGATORS,
-    PreAggregatorEntry,
     aggregator,
     ball_sensitivity,
     check_common,
     check_updates,
     mean_sensitivity,
     normalised_weights,
+    pre_aggregator,
     require_losses,
     subset_mean,
     vector_median,
@@ -54,14 +53,12 @@ def median_norm_factors(updates: torch.Tensor) -> torch.Tensor:
     return torch.where(norms > threshold, threshold / (norms + NORM_GUARD), torch.ones_like(norms))
 
 
+@pre_aggregator("clip")
 def clip_to_median_norm(updates: torch.Tensor) -> torch.Tensor:
     """Rescale every update whose L2 norm exceeds the median norm of the round down to that median
     (Ditto's 'clipping', reference ``l2_clip``: threshold = np.median of the norms, factor
     threshold / (norm + 1e-10); Sun et al. 2019 use a fixed threshold instead). Returns a new tensor."""
     return updates * median_norm_factors(updates)[:, None]
-
-
-PRE_AGGREGATORS.add("clip", PreAggregatorEntry(clip_to_median_norm))
 
 
 @aggregator("clipping", sensitivity=ball_sensitivity)
