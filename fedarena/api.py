@@ -24,7 +24,6 @@ import pandas as pd
 
 from fedarena.battery.harness import evaluate
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.runner import BenchSummary, benchmark, open_store
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE, write_final
 from fedarena.config import (
@@ -43,6 +42,7 @@ from fedarena.sections import resolve_config, section_keys
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.experiment import code_version, run_experiment
 from fedarena.simulation.identity import trial_identity
+from fedarena.suites.grid import TrialSpec
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.reading import runs
 from fedarena.tracking.runs import FINISHED, RunStore, run_name, run_params, version_tags

@@ -18,8 +18,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import TrialSpec, expand
-from fedarena.bench.parse import load_suite
+from fedarena.suites.grid import TrialSpec, expand
+from fedarena.suites.parse import load_suite
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import RunStore, run_params
 from fedarena.tracking.store import suite_experiment

@@ -10,8 +10,8 @@ import fedarena
 from fedarena.battery.definition import battery_suite, row_of
 from fedarena.battery.harness import store_cards
 from fedarena.bench.progress import Printer
-from fedarena.bench.tuned import with_tuned
 from fedarena.report.compose import build_report
+from fedarena.suites.tuned import with_tuned
 
 pytestmark = pytest.mark.integration  # real processes: Ray
 

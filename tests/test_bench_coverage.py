@@ -6,11 +6,11 @@ import pytest
 import yaml
 
 from fedarena.bench.coverage import coverage, gaps, shipped_suites
-from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.config import SCALES
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import load_paper_tables
+from fedarena.suites.parse import load_suite
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 CSV_HEADER = "paper,table,dataset,method,attack,level,acc_mean,acc_std\n"

@@ -12,14 +12,14 @@ import yaml
 from mlflow.tracking import MlflowClient
 from test_bench_faults import Bench, bench_argv
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
 from fedarena.simulation.checkpoint import save_state
 from fedarena.simulation.engine import ENGINE_VERSION, simulate
 from fedarena.simulation.experiment import code_version
 from fedarena.simulation.setup import build_trial
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 from fedarena.tracking.runs import KILLED, run_params, version_tags
 from fedarena.tracking.versions import V1_COMMITS
 

@@ -6,14 +6,14 @@ import pytest
 import yaml
 
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
-from fedarena.bench.suite import SuiteError
 from fedarena.config import SCALES
 from fedarena.datasets import DATASETS
 from fedarena.leaderboards.paper import paper_datasets
 from fedarena.suites import SUITES
 from fedarena.suites.dataset_labels import misnamed, shown_label
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SuiteError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 

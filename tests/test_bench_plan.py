@@ -3,12 +3,12 @@
 import pytest
 
 from fedarena.bench.budget import CheckpointBudget
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.plan import plan_trials
 from fedarena.bench.progress import round_line, tally
 from fedarena.bench.runner import checkpoint_spacing
 from fedarena.bench.trainable import auto_checkpoint_every
 from fedarena.config import ExperimentConfig
+from fedarena.suites.grid import TrialSpec
 from fedarena.tracking.runs import RunSummary
 from fedarena.tracking.versions import RunIdentity
 

@@ -11,13 +11,13 @@ import yaml
 from faults import FailAlwaysAt, FailOnceAt
 from mlflow.tracking import MlflowClient
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
-from fedarena.bench.suite import SCALES
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.setup import build_trial
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SCALES
 
 pytestmark = pytest.mark.integration  # real processes: Ray
 

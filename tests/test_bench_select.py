@@ -6,10 +6,10 @@ import pytest
 import yaml
 
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
-from fedarena.bench.suite import SuiteError
 from fedarena.config import SCALES
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SuiteError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 4, "local_steps": 1}
 SYNTHETIC = {"label": "synthetic", "dataset": {"name": "synthetic", "num_clients": 8, "max_samples": 60, "dim": 5}}

@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedarena.bench.grid import Combo, build_config, count_trials, expand
-from fedarena.bench.parse import load_suite
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchError, BenchOptions, run_bench
-from fedarena.bench.suite import SCALES, SuiteError
 from fedarena.cli import main
 from fedarena.simulation.identity import trial_identity
 from fedarena.suites import SUITES
+from fedarena.suites.grid import Combo, build_config, count_trials, expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SCALES, SuiteError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 SYNTHETIC = {"label": "syn", "dataset": {"name": "synthetic", "num_clients": 6, "max_samples": 60, "dim": 5}}

@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 
 from fedarena import cli
 from fedarena.attacks.base import ATTACKS
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.config import ExperimentConfig, read_yaml_file
 from fedarena.datasets.catalog import DATASETS
 from fedarena.errors import ConfigError
@@ -31,6 +29,8 @@ from fedarena.models.zoo import MODELS
 from fedarena.registry import UnknownNameError
 from fedarena.sections import KINDS, check_planned_server_rule, resolve_config
 from fedarena.simulation.setup import build_trial
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 
 EXAMPLES = int(os.environ.get("FEDARENA_PROPERTY_EXAMPLES", "60"))
 PROPERTY = settings(max_examples=EXAMPLES, deadline=None, derandomize=EXAMPLES <= 100, database=None,

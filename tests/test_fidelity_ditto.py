@@ -4,9 +4,9 @@ fixed lambda of Tables 5 and 6."""
 
 from collections import defaultdict
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.methods.base import build_method
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 
 SO_CANDIDATES = {"normal": (0.05, 0.1, 0.3), "strong": (0.01, 0.05, 0.1)}  # Appendix D.2
 DEFAULT_CANDIDATES = {"normal": (0.1, 1.0, 2.0), "strong": (0.05, 0.1, 0.2)}

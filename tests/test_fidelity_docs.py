@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

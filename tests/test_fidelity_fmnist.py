@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.datasets import fmnist_reference
 from fedarena.datasets.catalog import DATASETS
 from fedarena.datasets.fmnist_reference import device_counts, draw_shares, take_in_order
 from fedarena.errors import ConfigError
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 
 # 4 devices of equal raw size: rescaled to 400 training images, n = 100 each; every device the same shares
 SIZES = np.full(4, 10.0)

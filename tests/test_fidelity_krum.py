@@ -5,12 +5,12 @@ import dataclasses
 
 import pytest
 
-from fedarena.bench.grid import build_config, combinations, expand
-from fedarena.bench.parse import load_suite
 from fedarena.config import SCALES
 from fedarena.errors import ConfigError
 from fedarena.sections import check_planned_server_rule, resolve_config
 from fedarena.suites import SUITES
+from fedarena.suites.grid import build_config, combinations, expand
+from fedarena.suites.parse import load_suite
 
 ROBUST = ("robustness", "ditto_robust")
 # (suite, scale, method label, attack label) left out for their cost, not because the rule is undefined:

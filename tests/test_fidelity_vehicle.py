@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.datasets.catalog import build_dataset
 from fedarena.errors import ConfigError
 from fedarena.models.functional import build_model
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 
 
 def test_zero_init_svm_starts_at_zero_and_the_default_does_not():

@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from fedarena.battery.definition import Row
-from fedarena.bench.suite import LABEL
 from fedarena.config import ExperimentConfig
 from fedarena.models.backends import auto_backend, model_layer_kinds, planned_backend
 from fedarena.models.functional import FlatModel
@@ -15,6 +14,7 @@ from fedarena.models.zoo import MODELS
 from fedarena.sections import KINDS
 from fedarena.simulation import identity as identity_module
 from fedarena.simulation.identity import trial_identity
+from fedarena.suites.spec import LABEL
 
 DIGITS = {"name": "digits", "num_clients": 10}
 OTHER = {"batched": "sequential", "sequential": "batched"}

@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.plan import plan_trials
 from fedarena.config import ExperimentConfig
 from fedarena.sections import resolve_config
 from fedarena.simulation.identity import trial_identity
+from fedarena.suites.grid import TrialSpec
 from fedarena.tracking.reading import RunSummary
 from fedarena.tracking.runs import run_params
 from fedarena.tracking.versions import run_identity

@@ -5,11 +5,11 @@ import pytest
 import yaml
 
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.bench.plan import plan_trials, stale_summary
 from fedarena.leaderboards.build import suite_tables
 from fedarena.methods.aggregators.base import AGGREGATORS
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 from fedarena.tracking.runs import FINISHED, RunStore, run_params
 from fedarena.tracking.store import check_store, suite_experiment
 

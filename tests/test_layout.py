@@ -12,9 +12,10 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"config", "datasets", "models"},
     {"methods", "attacks"},
     {"privacy"},  # differential privacy: wraps a server rule (methods), read by the sections and the engine
-    {"sections", "suites"},  # suites: the shipped suite files, read by the bench and (their order) the tables
+    {"sections"},
     {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics
+    {"suites"},  # the suite language (parse, select, validate, grid, tuned values, labels, order) and the shipped files
     {"bench", "leaderboards", "report", "perf", "examples", "api", "battery", "tuning"},  # api: what the commands call
     {"commands", "cli"},
 ]

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from fedarena.leaderboards.cells import aggregate, normalize
-from fedarena.leaderboards.paper import load_paper_tables, paper_dir, reproduction, reproduction_table
+from fedarena.leaderboards.paper import load_paper_tables, reproduction, reproduction_table
+from fedarena.suites.published import paper_dir
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_tables"
 

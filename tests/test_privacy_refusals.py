@@ -15,7 +15,6 @@ from fedarena.attacks.base import ATTACKS, READS_ATTRIBUTE, UNDECLARED, attack, 
 from fedarena.attacks.mimic import mimicked_updates
 from fedarena.attacks.optimized import KNOWLEDGE
 from fedarena.attacks.poisoned_updates import alie_updates
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.preflight import preflight
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
@@ -28,6 +27,7 @@ from fedarena.privacy.dp_trial import COVERED, CentralRule, PrivacyPlan, check_p
 from fedarena.privacy.mechanisms import central_dp, local_dp, no_privacy
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, load_dataset
+from fedarena.suites.grid import TrialSpec
 
 CENTRAL, LOCAL = central_dp(noise_multiplier=1.0, clip=1.0), local_dp(noise_multiplier=1.0, clip=1.0)
 MECHANISMS = {"central": CENTRAL, "local": LOCAL}

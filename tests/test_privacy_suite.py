@@ -6,10 +6,10 @@ import math
 import pytest
 import yaml
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
-from fedarena.bench.suite import SuiteError
 from fedarena.suites import SUITES
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SuiteError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 5, "local_steps": 1, "sampling": "uniform"}
 DIGITS = {"label": "digits", "dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "mlp", "hidden": [8]}}

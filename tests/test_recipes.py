@@ -17,8 +17,6 @@ import fedarena.methods
 import fedarena.methods.aggregators
 from fedarena.attacks.base import ATTACKS, Effect, with_rows
 from fedarena.bench.callback import identity_tags
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.datasets import DATASETS
 from fedarena.datasets.base import FederatedDataset, from_partition
@@ -31,6 +29,8 @@ from fedarena.methods.aggregators.base import aggregator, check_common, check_up
 from fedarena.methods.base import METHODS, Method, StepContext, method, sgd
 from fedarena.simulation.experiment import code_version, run_experiment
 from fedarena.suites import SUITES
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
 from fedarena.tracking.reading import read_runs
 from fedarena.tracking.runs import RunStore, run_params
 from fedarena.tracking.store import suite_experiment

@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
-from fedarena.bench.suite import SuiteError
 from fedarena.cli import main
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import SuiteError
 
 TINY = {"rounds": 2, "eval_every": 1, "clients_per_round": 2, "local_steps": 1}
 SYNTHETIC = {"label": "syn", "dataset": {"name": "synthetic", "num_clients": 6, "max_samples": 60, "dim": 5}}

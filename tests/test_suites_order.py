@@ -1,5 +1,7 @@
 """The order labels are shown in comes from the suites' lists (fedarena.suites.order)."""
 
+import os
+
 import pytest
 import yaml
 
@@ -60,3 +62,27 @@ def test_a_malformed_suite_adds_no_label_and_breaks_no_order():
     data = {"methods": "global", "attacks": [{"label": 3}, {"attack": {"name": "a1"}}, {"label": "a2"}],
             "scales": {"quick": ["not a mapping"], "paper": {"datasets": {"label": "x"}}}}
     assert [listed_labels(data, axis) for axis in ("methods", "attacks", "datasets")] == [[], ["a2"], []]
+
+
+def test_a_suite_file_is_read_once_by_the_parser_and_the_tables_order(tmp_path, monkeypatch):
+    import fedarena.suites as suites
+    from fedarena.suites.parse import read_suite
+
+    path = tmp_path / "readonce.yaml"
+    path.write_text(yaml.safe_dump({"name": "readonce", "methods": [{"label": "global"}],
+                                    "attacks": [{"label": "clean", "attack": {"name": "none"}, "levels": [0.0]}],
+                                    "scales": {"smoke": {"datasets": [{"label": "digits",
+                                                                       "dataset": {"name": "digits"}}], "seeds": [0]}}}))
+    reads = []
+    monkeypatch.setattr(suites, "read_yaml_file", lambda p: reads.append(p) or read_yaml_file(p))
+    SUITES.add("readonce", path)
+    try:
+        assert read_suite(path).name == "readonce" and "global" in label_order("method_label")
+        read_suite(path)
+    finally:
+        SUITES.remove("readonce")
+    assert reads.count(path.resolve()) == 1
+    before = path.stat().st_mtime_ns
+    path.write_text(path.read_text().replace("global", "local"))  # an edited file is read again
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+    assert [m.label for m in read_suite(path).methods] == ["local"] and reads.count(path.resolve()) == 2

@@ -7,9 +7,9 @@ from local_ports import free_port
 
 from fedarena.bench.callback import identity_tags
 from fedarena.bench.commands import ui_command
-from fedarena.bench.grid import TrialSpec
 from fedarena.cli import main
 from fedarena.config import ExperimentConfig
+from fedarena.suites.grid import TrialSpec
 from fedarena.tracking.location import TrackingError, redact, tracking_uri
 from fedarena.tracking.runs import RunStore, param_value, run_params
 from fedarena.tracking.store import check_store, suite_experiment

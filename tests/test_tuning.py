@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 import fedarena
-from fedarena.bench.parse import load_suite
 from fedarena.cli import main
 from fedarena.datasets import base as dataset_base
 from fedarena.datasets.catalog import build_dataset
@@ -22,6 +21,7 @@ from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS
 from fedarena.methods.base import METHODS
 from fedarena.search_space import choice, log_uniform, parse_domain
+from fedarena.suites.parse import load_suite
 from fedarena.tuning.targets import targets_of
 
 # A rule with a known optimum: the mean plus Gaussian noise of std |ln(c / 0.3)| per coordinate, from the round's

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedarena.bench.grid import expand
-from fedarena.bench.parse import load_suite
-from fedarena.bench.tuned import TuneError, read_frozen, tuned_label, tuned_label_of, with_tuned
 from fedarena.leaderboards.build import tuned_notes
 from fedarena.suites import SUITES
+from fedarena.suites.grid import expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.tuned import TuneError, read_frozen, tuned_label, tuned_label_of, with_tuned
 from fedarena.tuning.search import outcome_of
 from fedarena.tuning.targets import Target, targets_of, tuning_battery, tuning_seeds
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pandas as pd
 
 from fedarena.battery.definition import Battery, BatteryError, Row, battery_suite, load_battery, row_of
-from fedarena.bench.grid import expand
-from fedarena.bench.suite import Suite
+from fedarena.suites.grid import expand
+from fedarena.suites.spec import Suite
 from fedarena.suites.tuned_labels import TUNED
 
 TRIAL = "battery_trial"  # the column a run's trial key is put in: its identity, or its setting text
@@ -121,7 +121,7 @@ def tuned_trials(tuned: Suite, scale: str, default: dict[str, dict[str, str]], d
 
 
 def tuned_undefined(tuned: Suite, undefined: dict[str, dict]) -> dict[str, dict]:
-    """A tuned row's undefined settings are its default row's (``bench.tuned`` labels it ``<label>+tuned<b>``)."""
+    """A tuned row's undefined settings are its default row's (``suites.tuned`` labels it ``<label>+tuned<b>``)."""
     out = {}
     for entry in tuned.methods:
         base = entry.label.split(TUNED, 1)[0]

@@ -2,7 +2,7 @@
 
 A row is an aggregator under FedAvg (``aggregator.median``) or a method with the plain mean (``method.ditto``),
 with the user's settings in its label where given (``aggregator.trimmed_mean+beta0.1``). ``battery_suite``
-turns the battery and its rows into a ``bench.suite.Suite`` that ``fedarena bench run`` machinery runs as any
+turns the battery and its rows into a ``suites.spec.Suite`` that ``fedarena bench run`` machinery runs as any
 suite (Ray Tune, MLflow, resume, skip finished, reuse of other suites' trials); its experiment is
 ``battery``. A (row, attack, level) the row cannot run (its rule is undefined there, or the trial cannot be
 built) is left out and reported as undefined (``Battery.undefined``), never ranked.
@@ -20,15 +20,15 @@ from typing import Any
 
 import yaml
 
-from fedarena.bench.grid import combinations, expand
-from fedarena.bench.parse import parse_suite
 from fedarena.bench.preflight import preflight
-from fedarena.bench.suite import Suite, SuiteError
-from fedarena.bench.validate import check_suite_entries
 from fedarena.config import SCALES, load_yaml
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.base import METHODS
+from fedarena.suites.grid import combinations, expand
+from fedarena.suites.parse import parse_suite
+from fedarena.suites.spec import Suite, SuiteError
+from fedarena.suites.validate import check_suite_entries
 
 NAME = "battery"  # the suite (and MLflow experiment) the battery's runs belong to
 KINDS = ("aggregator", "method")

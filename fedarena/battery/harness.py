@@ -41,12 +41,12 @@ from fedarena.battery.definition import (
 )
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
-from fedarena.bench.suite import Suite
-from fedarena.bench.tuned import read_frozen, tuned_label_of, with_tuned
 from fedarena.contracts import load_checked
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
+from fedarena.suites.spec import Suite
+from fedarena.suites.tuned import read_frozen, tuned_label_of, with_tuned
 from fedarena.suites.tuned_labels import TUNED
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import read_runs

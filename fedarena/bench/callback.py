@@ -22,12 +22,12 @@ from pathlib import Path
 
 from ray import tune
 
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer, final_line, round_line, tally
-from fedarena.bench.suite import NO_PRIVACY
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.metrics import plugin_metric_directions
+from fedarena.suites.grid import TrialSpec
+from fedarena.suites.spec import NO_PRIVACY
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     BACKEND_USED,

@@ -117,9 +117,9 @@ def cmd_bench_run(args) -> int:
 
 def suite_rows(check: bool = True) -> list[tuple[str, dict[str, int], str, list[str]]]:
     """(name, trials per scale, reference, problems) for every shipped suite."""
-    from fedarena.bench.grid import count_trials, expand
-    from fedarena.bench.parse import load_suite
     from fedarena.suites import SUITES
+    from fedarena.suites.grid import count_trials, expand
+    from fedarena.suites.parse import load_suite
 
     rows = []
     for name in SUITES.names():

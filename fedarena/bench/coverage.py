@@ -15,12 +15,12 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from fedarena.bench.grid import combinations
-from fedarena.bench.parse import load_suite
-from fedarena.bench.suite import Suite
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.paper import KEYS, load_paper_tables, reproduction
 from fedarena.suites import SUITES
+from fedarena.suites.grid import combinations
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import Suite
 
 PLACEHOLDER_METRICS = ("acc_pooled", "acc_std", "class_std_mean", "class_std_std")
 COLUMNS = ["paper", "table", "cells", "produced", "suites"]

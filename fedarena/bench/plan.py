@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedarena.bench.callback import Planned
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.guard import StorageFullError, free_bytes, human, meta_dir
 from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
 from fedarena.datasets.files.fetch import info, info_text
 from fedarena.errors import ConfigError
+from fedarena.suites.grid import TrialSpec
 from fedarena.suites.tuned_labels import TUNED, tuned_under_default_label
 from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (

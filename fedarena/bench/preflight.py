@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedarena.bench.grid import TrialSpec
 from fedarena.errors import ConfigError
 from fedarena.privacy.audit import check_size
 from fedarena.privacy.base import privacy_from
@@ -22,6 +21,7 @@ from fedarena.privacy.dp_trial import check_attack_privacy
 from fedarena.registry import UnknownNameError
 from fedarena.sections import resolve_config
 from fedarena.simulation.setup import assemble, build_trial_model, load_dataset
+from fedarena.suites.grid import TrialSpec
 
 CHECKPOINT_COPIES = 4  # per running trial: the two Tune keeps, a newer one until it drops the older, scratch
 

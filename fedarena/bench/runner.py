@@ -34,7 +34,6 @@ from pathlib import Path
 from fedarena.bench.budget import DEFAULT_FRACTION
 from fedarena.bench.callback import Planned, StoreStopper, TrackingCallback
 from fedarena.bench.claims import Claims
-from fedarena.bench.grid import TrialSpec, expand
 from fedarena.bench.guard import (
     SIGTERM_EXIT,
     StorageFullError,
@@ -46,7 +45,6 @@ from fedarena.bench.guard import (
     ray_logs_to_file,
     storage_full_message,
 )
-from fedarena.bench.parse import load_suite
 from fedarena.bench.plan import (
     BenchError,
     check_data,
@@ -61,12 +59,14 @@ from fedarena.bench.plan import (
 from fedarena.bench.preflight import preflight
 from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
-from fedarena.bench.suite import Suite
 from fedarena.bench.trainable import auto_checkpoint_every, packed_payloads, run_trial, trial_payload
-from fedarena.bench.tuned import with_tuned
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
 from fedarena.simulation.experiment import code_version
+from fedarena.suites.grid import TrialSpec, expand
+from fedarena.suites.parse import load_suite
+from fedarena.suites.spec import Suite
+from fedarena.suites.tuned import with_tuned
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import TrackingError, first_line, redact, sqlite_path, tracking_uri
 from fedarena.tracking.runs import FAILED, FINISHED, RunStore, version_tags
@@ -107,7 +107,7 @@ class BenchOptions:
     # inject faults (tests) or watch progress; it must be picklable (Ray ships it to the workers)
     round_hook: Callable[[str, int, int], None] | None = None
     include: tuple[str, ...] = ()  # plugin files or packages (``fedarena.plugins``; also FEDARENA_INCLUDE, entry points)
-    tuned: str | None = None  # a frozen choice of ``fedarena tune`` (its rows' values; ``bench.tuned``)
+    tuned: str | None = None  # a frozen choice of ``fedarena tune`` (its rows' values; ``suites.tuned``)
 
 
 @dataclass

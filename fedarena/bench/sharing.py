@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from fedarena.bench.callback import Planned, identity_tags
 from fedarena.bench.claims import Claims
-from fedarena.bench.grid import TrialSpec
 from fedarena.bench.progress import Printer
+from fedarena.suites.grid import TrialSpec
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import RunStore, RunSummary, run_params
 

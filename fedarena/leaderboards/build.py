@@ -5,7 +5,7 @@ is pure up to the writing (:func:`leaderboard_tables` takes the runs frame), so 
 hand-made frames; only :func:`build_leaderboards` talks to MLflow.
 
 Cells over several seeds show a 95% confidence interval by default (``ci=False``: means only), and the
-variants of a selected method (``bench.select``) become one row chosen per column (``selection``).
+variants of a selected method (``suites.select``) become one row chosen per column (``selection``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def prepare_runs(runs: pd.DataFrame, scale: str | None = None) -> tuple[pd.DataF
 
 def tuned_notes(runs: pd.DataFrame) -> list[str]:
     """Say which rows run with values ``fedarena tune`` chose (rows of their own, ``<label>+tuned<budget>``), with
-    what budget and on which seed (``bench.tuned``)."""
+    what budget and on which seed (``suites.tuned``)."""
     if "tuned_budget" not in runs or "method_label" not in runs:
         return []
     notes = []

@@ -45,7 +45,7 @@ DERIVED = {"acc_pooled_minus_std": ("acc_pooled", "acc_std")}
 # significance test's n); the column exists only where some run has the metric (a suite without targeted
 # attacks keeps its columns).
 SPARSE = tuple(m for m in ("asr_pooled", "asr_mean", "asr_worst10") if m in HIGHER_IS_BETTER)
-# Tags of a selected method's variants (``bench.select``), carried to the cells.
+# Tags of a selected method's variants (``suites.select``), carried to the cells.
 SELECT_COLUMNS = ("select_group", "select_by", "variant")
 
 # Provenance columns that must agree across the runs of one cell, with the words used in notes: the code's

@@ -13,7 +13,6 @@ The same cell printed in several tables is one row listing those tables; where t
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import pandas as pd
 from fedarena.leaderboards.declared import METHOD_ALIASES
 from fedarena.leaderboards.tables import Block, Cell, Table, setting_label, sort_key
 from fedarena.suites.dataset_labels import runs_the_named_dataset
+from fedarena.suites.published import paper_dir
 
 PAPER_METRICS = {
     "ditto": {"acc_mean": "acc_pooled", "acc_std": "acc_std"},
@@ -36,19 +36,6 @@ UNIT_SCALE = {"ditto": 1.0, "fedtilt": 100.0}  # our fractions -> the paper's un
 DIGITS = {"ditto": 3, "fedtilt": 2}
 KEYS = ("dataset_label", "method_label", "attack_label", "level")
 COLUMNS = ["paper", "tables", *KEYS, "metric", "paper_value", "ours", "diff", "n_seeds", "mixed", "note"]
-
-
-def paper_dir() -> Path:
-    return Path(str(resources.files("fedarena.leaderboards") / "paper_tables"))
-
-
-def published_tables(directory: Path | None = None) -> dict[str, set[int]]:
-    """The tables that ship, per paper id: ``<paper>_table<n>.csv`` -> {paper: {n, ...}}."""
-    tables: dict[str, set[int]] = {}
-    for path in (directory or paper_dir()).glob("*_table*.csv"):
-        paper, number = path.stem.rsplit("_table", 1)
-        tables.setdefault(paper, set()).add(int(number))
-    return tables
 
 
 def load_paper_tables(directory: Path | None = None) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Selected methods: one table row chosen per column among a method's variants (``bench.select``).
+"""Selected methods: one table row chosen per column among a method's variants (``suites.select``).
 
 A suite entry with ``select: {by: val_acc_pooled, over: {aggregator.eps: [0, 0.1, 0.5, 1]}}`` runs one
 variant per eps (method labels ``fedmgda_plus_eps0`` ...; tags ``select_group``, ``select_by``,

@@ -14,10 +14,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
-from fedarena.bench.grid import TrialSpec, expand
-from fedarena.bench.parse import load_suite
 from fedarena.methods.aggregators.builder import Aggregator
 from fedarena.simulation.experiment import run_experiment
+from fedarena.suites.grid import TrialSpec, expand
+from fedarena.suites.parse import load_suite
 
 ATTACKS = ("adaptive", "tailored_krum", "tailored_median", "tailored_bulyan", "min_max", "min_sum", "fang",
            "mimic", "alie")

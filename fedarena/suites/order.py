@@ -13,8 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from fedarena.config import read_yaml_file
-from fedarena.suites import SUITES
+from fedarena.suites import SUITES, suite_data
 
 AXES = {"method_label": "methods", "attack_label": "attacks", "dataset_label": "datasets", "privacy_label": "privacy"}
 SCALE_ORDER = ("paper", "quick", "smoke")
@@ -28,7 +27,7 @@ def listed_labels(data: dict, axis: str) -> list[str]:
         entries = [e for s in sorted(scales, key=_scale_rank) for e in _listed(_mapping(scales[s]).get("datasets"))]
     else:
         entries = _listed(data.get(axis))
-    # a malformed entry names no label here: the bench's parser reports it (fedarena.bench.parse)
+    # a malformed entry names no label here: the bench's parser reports it (fedarena.suites.parse)
     labels = [e["label"] for e in entries if isinstance(e, dict) and isinstance(e.get("label"), str)]
     return list(dict.fromkeys(labels))  # a dataset of several scales: its first place
 
@@ -91,7 +90,7 @@ def _place(order: list[str], earlier: list[str], later: list[str]) -> int:
 
 @functools.cache
 def _order_of(files: tuple[tuple[Path, int], ...]) -> dict[str, tuple[str, ...]]:
-    suites = [_mapping(read_yaml_file(path)) for path, _ in files]
+    suites = [_mapping(suite_data(path)) for path, _ in files]
     return {key: merged_order([listed_labels(data, axis) for data in suites]) for key, axis in AXES.items()}
 
 

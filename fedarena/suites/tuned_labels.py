@@ -1,6 +1,6 @@
 """A tuned row's label: ``<label>+tuned<budget>`` (``krum+tuned8``), a row of its own beside the default one.
 
-Written by ``bench.tuned`` (a suite run with ``--tuned``) and read by the tables and the cards; runs a release
+Written by ``suites.tuned`` (a suite run with ``--tuned``) and read by the tables and the cards; runs a release
 before it recorded under the default row's label are relabelled on read (``with_tuned_labels``)."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ configuration: its tuning-battery runs, one after the other (``objective.tune_tr
 Recorded: in the MLflow experiment ``tune`` of the store, one run per configuration (its values as params; the
 worst validation accuracy and each attack's as metrics; tags: the search's key, row, dataset, suite, scale,
 trial id, whether ASHA let it finish) and one ``choice`` run per search (the chosen values, trials run, the
-best-so-far curve); then the frozen file (``bench.tuned``). A search whose ``choice`` run is in the store is not
+best-so-far curve); then the frozen file (``suites.tuned``). A search whose ``choice`` run is in the store is not
 run again; a killed one resumes from Ray Tune's experiment folder (``storage/fedarena-tune/<key>``): its finished
 configurations are not run again. A search in which no configuration finished every tuning attack is an error
 (``outcome_of``), never a frozen choice over fewer attacks.
@@ -25,12 +25,12 @@ from typing import Any
 
 from fedarena.battery.definition import battery_suite, row_of
 from fedarena.bench.guard import ray_logs_to_file
-from fedarena.bench.parse import load_suite
 from fedarena.bench.runner import ray_session
-from fedarena.bench.tuned import digest, write_frozen
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
 from fedarena.search_space import DEFAULT_SHARED, parse_domain
+from fedarena.suites.parse import load_suite
+from fedarena.suites.tuned import digest, write_frozen
 from fedarena.tracking.environ import env_vars
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import all_runs

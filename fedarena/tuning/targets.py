@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from fedarena.battery.definition import load_battery
-from fedarena.bench.grid import expand
-from fedarena.bench.suite import Entry, Suite
-from fedarena.bench.tuned import TuneError
 from fedarena.search_space import DEFAULT_SHARED, SHARED, Domain
 from fedarena.sections import KINDS
+from fedarena.suites.grid import expand
+from fedarena.suites.spec import Entry, Suite
+from fedarena.suites.tuned import TuneError
 
 SEARCHED = ("method", "aggregator")  # the sections whose components declare search spaces
 

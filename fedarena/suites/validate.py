@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from fedarena.bench.select import all_variants
-from fedarena.bench.suite import Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
 from fedarena.errors import ConfigError
@@ -20,6 +18,8 @@ from fedarena.registry import UnknownNameError
 from fedarena.sections import check_section
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites.dataset_labels import misnamed
+from fedarena.suites.select import all_variants
+from fedarena.suites.spec import Suite, SuiteError
 
 
 def check_patch(suite: Suite, where: str, patch: dict) -> None:

@@ -1,7 +1,7 @@
 """Grid expansion: a suite at one scale -> the list of trials (one federated run each).
 
 The grid is datasets x methods (a method entry with ``select`` contributes its variants at the scales it
-selects at, ``bench.select``) x privacy (one entry, none, unless the suite lists some) x attacks (each with
+selects at, ``suites.select``) x privacy (one entry, none, unless the suite lists some) x attacks (each with
 its levels) x seeds, minus ``exclude`` rules. A trial's config is the merge, in this order, of: the config
 defaults, the suite's ``fixed``, the scale's ``fixed``, the dataset entry, the method entry, the attack
 entry (and its level), the privacy entry, the seed, the device
@@ -21,14 +21,14 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from fedarena.bench.select import variants
-from fedarena.bench.suite import NO_PRIVACY, NO_PRIVACY_ENTRY, Entry, Rule, Scale, Suite, SuiteError
 from fedarena.config import SECTIONS, ExperimentConfig
 from fedarena.datasets import DATASETS
 from fedarena.errors import ConfigError
 from fedarena.registry import UnknownNameError
 from fedarena.sections import check_planned_server_rule, resolve_config
 from fedarena.simulation.identity import trial_identity
+from fedarena.suites.select import variants
+from fedarena.suites.spec import NO_PRIVACY, NO_PRIVACY_ENTRY, Entry, Rule, Scale, Suite, SuiteError
 from fedarena.tracking.runs import run_name
 
 
@@ -62,7 +62,7 @@ class Combo:
 @dataclass(frozen=True)
 class TrialSpec:
     """A fully resolved trial with its table labels and identity; a variant of a selected method also has
-    its group (the table row), the metric that selects and its values (``bench.select``)."""
+    its group (the table row), the metric that selects and its values (``suites.select``)."""
 
     config: ExperimentConfig
     suite: str

@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
-from fedarena.bench.select import with_setting
-from fedarena.bench.suite import Rule, Suite
 from fedarena.config import load_yaml
 from fedarena.errors import ConfigError
+from fedarena.suites.select import with_setting
+from fedarena.suites.spec import Rule, Suite
 from fedarena.suites.tuned_labels import tuned_label
 
 

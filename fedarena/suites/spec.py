@@ -13,7 +13,7 @@ one without a name sets keys inside it)::
     methods:                          # axis: label (the table row) + patch
       - {label: ditto, method: {name: ditto, dynamic_lam: true}}
       - {label: krum, aggregator: {name: krum}}
-      - label: fedmgda_plus             # one row, chosen per table column among variants (bench.select)
+      - label: fedmgda_plus             # one row, chosen per table column among variants (suites.select)
         aggregator: {name: fedmgda_plus}
         select: {by: val_acc_pooled, over: {aggregator.eps: [0.0, 0.1, 0.5, 1.0]}, scales: [paper]}
     attacks:                          # axis: label (clean|a1|...) + patch with an ``attack`` section + levels

@@ -1,13 +1,18 @@
 """Parsing of suite YAML into ``Suite`` (structure, labels, levels, patches), with the file and the key in
-every error (see ``fedarena.bench.suite`` for the format)."""
+every error (see ``fedarena.suites.spec`` for the format)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from fedarena.bench.select import all_variants, check_variant_labels, parse_select
-from fedarena.bench.suite import (
+from fedarena.config import SECTIONS
+from fedarena.contracts import load_checked
+from fedarena.errors import ConfigError
+from fedarena.suites import SUITES, suite_data
+from fedarena.suites.published import published_tables
+from fedarena.suites.select import all_variants, check_variant_labels, parse_select
+from fedarena.suites.spec import (
     LABEL,
     MATCH_KEYS,
     NO_PRIVACY_ENTRY,
@@ -21,18 +26,13 @@ from fedarena.bench.suite import (
     Suite,
     SuiteError,
 )
-from fedarena.bench.validate import check_suite_entries
-from fedarena.config import SECTIONS, read_yaml_file
-from fedarena.contracts import load_checked
-from fedarena.errors import ConfigError
-from fedarena.leaderboards.paper import published_tables
-from fedarena.suites import SUITES
+from fedarena.suites.validate import check_suite_entries
 
 
 def read_suite(path: Path, check_names: bool = True) -> Suite:
     """Load the YAML safely, parse it, and (``check_names``) check it against the registries."""
     try:
-        data = read_yaml_file(path)
+        data = suite_data(path)
     except ConfigError as err:
         raise SuiteError(str(err)) from None
     suite = parse_suite(data, path)
@@ -55,7 +55,7 @@ def suite_path(ref: str | Path) -> Path:
 
 def load_suite(ref: str | Path, check_names: bool = True) -> Suite:
     """Read and parse a suite; ``check_names`` also checks every entry's registered names and
-    hyperparameters (``fedarena.bench.validate``)."""
+    hyperparameters (``fedarena.suites.validate``)."""
     return read_suite(suite_path(ref), check_names)
 
 

@@ -19,8 +19,8 @@ import copy
 import itertools
 from typing import Any
 
-from fedarena.bench.suite import LABEL, PATCH_KEYS, SELECT_KEYS, Entry, Selection
 from fedarena.config import SCALES, SECTIONS
+from fedarena.suites.spec import LABEL, PATCH_KEYS, SELECT_KEYS, Entry, Selection
 
 
 def parse_select(r, value: Any, where: str) -> Selection:
