@@ -49,7 +49,6 @@ class Trial:
     method: Method
     threat: ThreatModel
     aggregate: Aggregate | None
-    needs_losses: bool
     backend: Backend
     train: Pooled
     val: Pooled
@@ -68,6 +67,12 @@ class Trial:
     stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
     test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
     audit: CanaryAudit | None = None  # a privacy audit's canary clients (ids from the number of devices on)
+
+    @property
+    def needs_losses(self) -> bool:
+        """Whether a round computes each drawn device's training loss at the global model: the method's server step
+        or its rule reads them (a method without global aggregation reads none)."""
+        return self.aggregate is not None and (self.method.needs_losses or self.aggregate.needs_losses)
 
     def population_sizes(self) -> np.ndarray:
         """The training sizes of everyone the sampling draws from: the devices, then an audit's canaries."""
@@ -99,7 +104,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     if device.type == "cpu":  # a round's large tensors reuse the last round's pages
         keep_freed_pages()
     dataset = load_dataset(cfg)
-    method, threat, aggregate, needs_losses, privacy = assemble(cfg, dataset)
+    method, threat, aggregate, privacy = assemble(cfg, dataset)
     model, w0 = build_trial_model(cfg, dataset, device)
     poisoned = threat.effect.dataset
     stamp_check, test_stamp_check = stamp_checks(threat.name, threat.effect.bound, dataset)
@@ -110,7 +115,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     weights = aggregation_weights(cfg.sampling, sizes, privacy is not None)
     ahead = None if audit is not None else RoundsAhead(  # its draws are the devices' alone
         pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size)
-    trial = Trial(cfg, poisoned, model, w0, method, threat, aggregate, needs_losses,
+    trial = Trial(cfg, poisoned, model, w0, method, threat, aggregate,
                   make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                   *targeted_pools(threat, dataset, device), privacy=privacy, ahead=ahead, stamp_check=stamp_check,
                   test_stamp_check=test_stamp_check, audit=audit, pipeline=round_pipeline(aggregate, threat, privacy, audit))
@@ -155,7 +160,7 @@ def load_dataset(cfg: ResolvedConfig) -> FederatedDataset:
 
 
 def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
-    """(method, threat, server rule, needs_losses, privacy plan) of a resolved config on its dataset, with every
+    """(method, threat, server rule, privacy plan) of a resolved config on its dataset, with every
     check that needs the data (``fedarena bench run`` runs it for every trial before any starts), a target
     epsilon's calibration included."""
     spec = privacy_from(cfg.privacy)
@@ -169,13 +174,12 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
                           f"{dataset.name!r} is a {dataset.task} task")
     threat = threat_from(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
-    aggregate, needs_losses = _server_rule(cfg, method, threat, everyone)
+    aggregate = check_server_rule(cfg, method, int(threat.malicious.sum()), everyone)
     check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
     sizes = with_canaries(spec.audit, dataset.train_sizes())
     most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds,
                               dataset.num_clients) if spec.local else None
-    return method, threat, aggregate, needs_losses, privacy_plan(spec, len(sizes), cfg.clients_per_round, cfg.rounds,
-                                                                 most)
+    return method, threat, aggregate, privacy_plan(spec, len(sizes), cfg.clients_per_round, cfg.rounds, most)
 
 
 def build_trial_model(cfg: ResolvedConfig, dataset: FederatedDataset, device: torch.device):
@@ -195,10 +199,3 @@ def aggregation_weights(sampling: str, train_sizes, private: bool = False) -> to
     differential privacy all ones: a device's sample count is private too (DP-FedAvg's fixed denominator)."""
     sizes = torch.as_tensor(train_sizes, dtype=torch.float64)
     return torch.ones_like(sizes) if sampling == "proportional" or private else sizes
-
-
-def _server_rule(cfg: ResolvedConfig, method: Method, threat: ThreatModel, num_clients: int):
-    aggregate = check_server_rule(cfg, method, int(threat.malicious.sum()), num_clients)
-    if aggregate is None:
-        return None, False
-    return aggregate, method.needs_losses or aggregate.needs_losses
