@@ -271,3 +271,14 @@ def test_a_method_whose_server_step_is_not_w_plus_the_rules_output_is_refused_be
     for check in (check_planned_server_rule, build_trial):
         with pytest.raises(ConfigError, match="server step of method 'l2sgd' is not w \\+ the rule's output"):
             check(cfg)
+
+
+def test_crfl_on_a_task_without_classes_is_refused_before_training():
+    # its certificate votes over class predictions: a regression run used to train, then fail at its first
+    # evaluation (topk of 2 over 1 class)
+    cfg = ExperimentConfig.from_dict({"dataset": {"name": "point_estimation"}, "aggregator": {"name": "crfl"},
+                                      "rounds": 2, "clients_per_round": 5})
+    with pytest.raises(ConfigError) as err:
+        build_trial(cfg)
+    assert str(err.value) == ("aggregator 'crfl' is defined for classification tasks; dataset 'point_estimation' is "
+                              "a regression task")

@@ -175,6 +175,9 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
     threat = threat_from(cfg.attack, dataset, stream(cfg.seed, ATTACK))
     check_benign_in_every_round(threat, cfg.clients_per_round)
     aggregate = check_server_rule(cfg, method, int(threat.malicious.sum()), everyone)
+    if aggregate is not None and aggregate.entry.tasks and dataset.task not in aggregate.entry.tasks:
+        raise ConfigError(f"aggregator {aggregate.name!r} is defined for {', '.join(aggregate.entry.tasks)} tasks; "
+                          f"dataset {dataset.name!r} is a {dataset.task} task")
     check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
     sizes = with_canaries(spec.audit, dataset.train_sizes())
     most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds,

@@ -70,6 +70,9 @@ class AggregatorEntry:
     # whether the rule may remove clients from the federation (``server[EXCLUDED]``, FLDetector): the engine stops
     # drawing them, so no one knows before the run how often a device takes part (local DP's accounting needs it)
     excludes: bool = False
+    # the tasks the rule is defined for (``FederatedDataset.task``); empty: every task. CRFL's certificate votes over
+    # class predictions, so it is refused on other tasks before training, not at its first evaluation
+    tasks: tuple[str, ...] = ()
     # what the rule reads from the devices besides the update each sends (``fedarena.privacy.dp_trial.READS``), on top
     # of what its round inputs take (``device_reads``: "losses" where it reads them, "device_data" for FLTrust's root
     # set of raw training samples); DP refuses a rule that reads anything its noise does not cover
@@ -243,7 +246,7 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
                sensitivity: Callable[..., float] | None = None, sum_only: bool | Callable[..., bool] = False,
                per_client: bool = False, search: dict | None = None, certify: Callable[..., dict] | None = None,
                reports: Mapping[str, bool | None] | None = None, excludes: bool = False,
-               device_reads: tuple[str, ...] = (), **flags: bool):
+               tasks: tuple[str, ...] = (), device_reads: tuple[str, ...] = (), **flags: bool):
     """Register ``fn`` as aggregator ``name`` with its feasibility check, what it reads besides the updates
     (``reads``: see ``AggregatorEntry``; the older flags ``needs_losses``, ``uses_weights``, ``needs_round``,
     ``needs_root``, ``needs_probe`` are taken as the reads they stand for), its version (bump it with any change
@@ -252,7 +255,8 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
     central DP) and whether it needs only the updates' sum (``sum_only``, secure aggregation; default: it needs
     each update), the search space of its hyperparameters (``search``, what ``fedarena tune`` explores), a
     certificate it computes from the run's state at each evaluation (``certify``, with the properties it ``reports``:
-    name -> whether higher is better), whether it removes clients
+    name -> whether higher is better), the tasks it is defined for (``tasks``; default every one), whether it removes
+    clients
     (``excludes``) and what else it reads from the devices besides their updates and its inputs
     (``device_reads``)."""
     unknown = sorted(set(flags) - set(LEGACY_READS))
@@ -270,7 +274,7 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
     def decorator(fn: Aggregate) -> Aggregate:
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, declared, selects,
                                               sensitivity, sum_only, per_client, certify, reports, excludes,
-                                              tuple(device_reads)),
+                                              tuple(tasks), tuple(device_reads)),
                         version=version, effective=effective, search=search)
         return fn
 

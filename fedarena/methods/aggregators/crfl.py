@@ -199,7 +199,7 @@ def certify_crfl(trial, state, *, clip: float, sigma: float, test_sigma: float |
 
 
 @aggregator("crfl", check=check_crfl, reads=("round", "model"), certify=certify_crfl,
-            reports={"certified_radius": True}, sum_only=True, version=2)
+            reports={"certified_radius": True}, tasks=("classification",), sum_only=True, version=2)
 def crfl(updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
          round: RoundDraw | None = None, clip: float = 15.0, sigma: float = 0.01, test_sigma: float | None = None,
          samples: int = 100, alpha: float = 0.001) -> torch.Tensor:
