@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-
 from checkpoint_compat import CONFIGS, FOLDER, STOP, config
+
 from fedarena.simulation.checkpoint import load_state
 from fedarena.simulation.engine import simulate
 from fedarena.simulation.identity import trial_identity
