@@ -49,10 +49,10 @@ def write() -> None:
 
     for name in CONFIGS:
         cfg = config(name)
-        folder = FOLDER / name
+        folder, digest = FOLDER / name, trial_identity(cfg).config_hash
         folder.mkdir(parents=True, exist_ok=True)
 
-        def stop(state, metrics, folder=folder, digest=trial_identity(cfg).config_hash):
+        def stop(state, metrics, folder=folder, digest=digest):
             if state.round == STOP:
                 save_state(folder, state, digest)
                 raise KeyboardInterrupt
