@@ -45,7 +45,9 @@ class RoundView:
     """What a provider's ``compute`` sees of the round: the trial (``simulation.setup.Trial``), the round's index and
     global model, the value its ``prepare`` made for the trial, and ``train(x, y, plan_seed)``: the update the
     server gets by training the global model on samples (x, y) with the devices' local schedule (steps or epochs,
-    batch size, learning rate, plain SGD; minibatches planned from ``plan_seed``), as the engine trains a device."""
+    batch size, learning rate, plain SGD; minibatches planned from ``plan_seed``), as the engine trains a device.
+    ``server`` is the round's server state (the rule's): what a provider keeps across rounds goes there, under keys
+    of its own, replaced never modified, and is checkpointed and resumed with the run."""
 
     name: str
     trial: Any
@@ -53,6 +55,7 @@ class RoundView:
     model: torch.Tensor
     prepared: Any
     train: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    server: dict | None = None  # the round's server state: a provider keeps what it carries across rounds here
 
     @property
     def seed(self) -> int:
@@ -124,17 +127,26 @@ def inputs_device_reads(reads: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def prepared_inputs(trial, names: tuple[str, ...]) -> dict[str, Any]:
-    """Each provided input's value for the trial (its ``prepare``, once, while the trial is built)."""
+    """Each provided input's value for the trial (its ``prepare``, once, while the trial is built); a prepare that
+    fails is one line naming the input and where it comes from."""
     out = {}
     for name in names:
         entry = INPUTS.get(name)
-        if entry.prepare is not None:
+        if entry.prepare is None:
+            continue
+        try:
             out[name] = entry.prepare(trial)
+        except ConfigError:
+            raise
+        except Exception as err:  # a plugin's own code: named, with its error, before any training
+            origin = INPUTS.origin(name)
+            where = f" (plugin {origin.label})" if origin is not None else ""
+            raise ConfigError(f"round input {name!r}{where} failed to prepare: {type(err).__name__}: {err}") from err
     return out
 
 
 def computed_inputs(names: tuple[str, ...], trial, round_idx: int, model: torch.Tensor,
-                    prepared: Mapping[str, Any], train) -> dict[str, Any]:
+                    prepared: Mapping[str, Any], train, server: dict | None = None) -> dict[str, Any]:
     """The round's value of each input in ``names``."""
-    return {name: INPUTS.get(name).compute(RoundView(name, trial, round_idx, model, prepared.get(name), train))
+    return {name: INPUTS.get(name).compute(RoundView(name, trial, round_idx, model, prepared.get(name), train, server))
             for name in names}

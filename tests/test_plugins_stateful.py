@@ -5,6 +5,7 @@ Each runs in process and through ``fedarena bench run`` on Ray workers, and a ru
 checkpoint ends where the uninterrupted one does."""
 
 import math
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from test_plugins import fedarena_cli
 import fedarena
 from fedarena import plugins
 from fedarena.config import ExperimentConfig
-from fedarena.contracts import ContractError, load_checked
+from fedarena.contracts import load_checked
+from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.round_inputs import INPUTS
 from fedarena.simulation.engine import round_draw, simulate
@@ -178,23 +180,105 @@ def test_the_plugins_input_is_prepared_once_and_computed_each_round_from_its_own
     assert torch.equal(first, again) and not torch.equal(first, later)  # keyed by round: another minibatch plan
 
 
-def test_a_plugin_rule_reading_an_input_without_a_stand_in_breaks_its_contract(tmp_path):
-    folder = tmp_path / "nostandin"
-    folder.mkdir()
-    (folder / "__init__.py").write_text(textwrap.dedent('''
+def plugin(tmp_path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+@pytest.fixture
+def unload():
+    yield
+    for source in list(plugins.loaded()):
+        plugins.unload(source)
+
+
+def test_a_plugin_rule_reads_deepsights_probe_a_legacy_one_the_model_and_a_pre_aggregator_its_input(tmp_path, unload):
+    path = plugin(tmp_path, "readers", '''
+        import torch
+        from fedarena import aggregator, pre_aggregator
+
+        SEEN = {}
+
+        @aggregator("probe_reader", reads=("round", "model", "probe"))
+        def probe_reader(updates, *, weights, losses, f, round=None):
+            SEEN["probe"] = round.input("probe").probabilities(round.input("model").to(updates), 0, 8).shape
+            return updates.mean(0)
+
+        @aggregator("legacy_reader", needs_round=True)  # the flag of before reads: the draw gave the model then
+        def legacy_reader(updates, *, weights, losses, f, round=None):
+            SEEN["legacy"] = round.model.shape
+            return updates.mean(0)
+
+        @pre_aggregator("model_pre", inputs=("model",))
+        def model_pre(updates, *, round=None):
+            SEEN["pre"] = round.input("model").shape
+            return updates
+    ''')
+    load_checked([path], entry_points=False)  # no stand-in for the probe: checked for feasibility, run in a trial
+    for section in ({"name": "probe_reader"}, {"name": "legacy_reader"}, {"name": "mean", "pre": ["model_pre"]}):
+        simulate(build_trial(ExperimentConfig.from_dict({**BASE, "rounds": 1, "aggregator": section})))
+    seen = sys.modules[plugins.loaded()[0].module].SEEN
+    dim = build_trial(ExperimentConfig.from_dict(BASE)).w0.numel()
+    assert seen == {"probe": (8, 10), "legacy": (dim,), "pre": (dim,)}
+
+
+def test_a_plugin_inputs_edit_or_a_built_in_inputs_version_changes_the_identity(tmp_path, unload, monkeypatch):
+    from fedarena.simulation.identity import trial_identity
+    fltrust = ExperimentConfig.from_dict({**BASE, "aggregator": {"name": "fltrust"}})
+    before = trial_identity(fltrust).config_hash
+    monkeypatch.setitem(INPUTS._versions, "root_update", 2)  # a changed provider bumps its version
+    bumped = trial_identity(fltrust)
+    assert bumped.config_hash != before and bumped.versions["round_input/root_update"] == 2
+    hashes = []
+    for sign in ("", "-"):
+        folder = tmp_path / f"v{len(hashes)}"
+        folder.mkdir()
+        plugin(folder, "own_input", f'''
+            from fedarena import aggregator, round_input
+
+            @round_input("own_update", stand_in=lambda updates: updates.mean(0))
+            def own_update(view):
+                return {sign}view.model
+
+            @aggregator("own_rule", reads=("round", "own_update"))
+            def own_rule(updates, *, weights, losses, f, round=None):
+                return updates.mean(0)
+        ''')
+        load_checked([folder / "own_input.py"], entry_points=False)
+        hashes.append(trial_identity(ExperimentConfig.from_dict({**BASE, "aggregator": {"name": "own_rule"}})))
+        for source in list(plugins.loaded()):
+            plugins.unload(source)
+    assert hashes[0].config_hash != hashes[1].config_hash  # the input's source is part of the rule's trials
+    assert all(str(h.versions["round_input/own_update"]).startswith("1+src:") for h in hashes)
+
+
+def test_a_plugin_inputs_failing_prepare_is_one_line_naming_it(tmp_path, unload):
+    path = plugin(tmp_path, "bad_prepare", '''
         from fedarena import aggregator, round_input
 
-        @round_input("secret_sauce", prepare=lambda trial: None)
-        def secret_sauce(view):
+        def broken(trial):
+            raise ValueError("no holdout here")
+
+        @round_input("broken_input", prepare=broken, stand_in=lambda updates: updates.mean(0))
+        def broken_input(view):
             return view.model
 
-        @aggregator("sauced", reads=("round", "secret_sauce"))
-        def sauced(updates, *, weights, losses, f, round=None):
+        @aggregator("broken_reader", reads=("round", "broken_input"))
+        def broken_reader(updates, *, weights, losses, f, round=None):
             return updates.mean(0)
-    ''').lstrip())
-    with pytest.raises(ContractError, match="reads the round input.s. secret_sauce, which declare no stand_in"):
-        load_checked([folder], entry_points=False)
-    assert "sauced" not in AGGREGATORS and "secret_sauce" not in INPUTS  # nothing of a broken plugin stays
+    ''')
+    load_checked([path], entry_points=False)
+    with pytest.raises(ConfigError) as err:
+        build_trial(ExperimentConfig.from_dict({**BASE, "aggregator": {"name": "broken_reader"}}))
+    assert str(err.value) == (f"round input 'broken_input' (plugin {path}) failed to prepare: ValueError: no holdout "
+                              "here")
+
+
+def test_a_rule_reading_the_round_without_taking_it_is_refused_where_it_registers():
+    with pytest.raises(ConfigError, match="reads round, model but takes no 'round' keyword"):
+        fedarena.aggregator("roundless", reads=("round", "model"))(lambda updates, *, weights, losses, f: updates[0])
+    assert "roundless" not in AGGREGATORS
 
 
 SUITE = {

@@ -38,7 +38,7 @@ KEYS = {"canaries": "canary clients inserted (>= 2)", "unseen": "directions neve
 LOG = logging.getLogger(__name__)
 MAX_BYTES = 2 * 2**30  # the directions are kept in memory: at most this much (float32)
 CANARY_SCALE = 2.0  # a canary's update in clip bounds, before the mechanism clips it to one
-ITERATE_MAX = "iterate_max"  # the audit's state (``SimState.audit``): [K + U] largest cosine with a round's change
+ITERATE_MAX = "iterate_max"  # the audit's state (its part of the run, ``SimState.part("audit")``): [K + U] largest cosine with a round's change
 LOWER_BOUNDS = ("epsilon_lower_bound_final", "epsilon_lower_bound_iterates")
 
 

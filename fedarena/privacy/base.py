@@ -17,7 +17,6 @@ from fedarena.registry import Registry
 NONE = "none"
 ACCOUNTANTS = ("rdp", "pld")  # dp-accounting's RDP (default, as pfl-research and TFF report) and PLD (versioned:
 # ``accounting.ACCOUNTANT``)
-DEFAULT_SECTION = {"name": NONE}
 ACCOUNTANT: Registry = Registry("accountant")  # each accountant's version (``accounting.py`` registers them)
 
 
@@ -104,9 +103,3 @@ PRIVACY_SECTION = SectionKind("privacy", PRIVACY, signature=lambda fn: fn, canon
 def privacy_from(resolved: dict) -> PrivacySpec:
     """The checked spec of a resolved privacy section (``sections.resolve_config``)."""
     return PRIVACY.get(resolved["name"])(**{k: v for k, v in resolved.items() if k != "name"})
-
-
-def is_default(section: dict) -> bool:
-    """Whether a (resolved or written) privacy section is the default: no DP and no secure aggregation, which
-    leaves every number and every identity as they were before the section existed."""
-    return section.get("name", NONE) == NONE and not section.get("secure_aggregation", False)

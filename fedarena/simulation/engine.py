@@ -120,7 +120,7 @@ def round_draw(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict | N
     position = torch.as_tensor(np.argsort(drawn, kind="stable"), device=trial.device)
     ids = torch.as_tensor(np.sort(drawn), device=trial.device)
     inputs = computed_inputs(trial.inputs, trial, round_idx, model, trial.prepared,
-                             partial(server_training, trial, model, round_idx)) if trial.inputs else {}
+                             partial(server_training, trial, model, round_idx), server) if trial.inputs else {}
     return RoundDraw(position, keyed_seed(trial.cfg.seed, AGGREGATE, round_idx), ids, server, inputs)
 
 

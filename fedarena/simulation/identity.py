@@ -38,11 +38,12 @@ from fedarena.attacks.base import malicious_count
 from fedarena.config import SECTIONS, ExperimentConfig, ResolvedConfig, flatten
 from fedarena.datasets.partition import PARTITIONERS
 from fedarena.methods.aggregators.base import PRE_AGGREGATORS
-from fedarena.methods.aggregators.builder import expected_malicious, pre_names
+from fedarena.methods.aggregators.builder import aggregator_from, expected_malicious, pre_names
 from fedarena.models.backends import planned_backend
 from fedarena.params import TrialFacts, hyperparameters
 from fedarena.privacy.base import ACCOUNTANT, privacy_from
 from fedarena.privacy.base import NONE as NO_PRIVACY
+from fedarena.round_inputs import INPUTS
 from fedarena.sections import KINDS, resolve_config
 from fedarena.simulation.engine import ENGINE_VERSION
 from fedarena.simulation.metrics import METRICS
@@ -177,6 +178,9 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
         versions[f"accountant/{name}"] = ACCOUNTANT.version(name)
     for pre in pre_names(cfg.aggregator):
         versions[f"pre_aggregator/{pre}"] = PRE_AGGREGATORS.version(pre)
+    for name in aggregator_from(cfg.aggregator, f=0).inputs:  # a built-in input at version 1 adds nothing: the
+        if INPUTS.version(name) != 1:  # identities of before inputs had versions; a plugin's carries its source
+            versions[f"round_input/{name}"] = INPUTS.version(name)
     partition = cfg.dataset.get(PARTITION_KEY)
     if isinstance(partition, str):
         versions[f"partitioner/{partition}"] = PARTITIONERS.version(partition)
@@ -209,7 +213,8 @@ def registered_version(key: str) -> int | str | None:
         return ENGINE_VERSION
     kind, _, name = key.partition("/")
     registry = {**{k: v.registry for k, v in KINDS.items()}, "pre_aggregator": PRE_AGGREGATORS,
-                "partitioner": PARTITIONERS, "metric": METRICS, "accountant": ACCOUNTANT}.get(kind)
+                "partitioner": PARTITIONERS, "metric": METRICS, "accountant": ACCOUNTANT,
+                "round_input": INPUTS}.get(kind)
     if registry is None or name not in registry:
         return None
     return registry.version(name)

@@ -16,22 +16,20 @@ import math
 from fedarena.methods.aggregators.base import AGGREGATORS
 
 # name -> higher is better (None: neither): the privacy spent, at which delta, and the noise multiplier the run used
-# (given, or calibrated from a target epsilon)
-PRIVACY_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None,
-                                          # a privacy audit's (``privacy.audit``): the epsilon of add-or-remove
-                                          # adjacency, the measured ones with their intervals, the canary count
-                                          "epsilon_add_remove": False, "audit_canaries": None,
-                                          "audit_exceeded": False,  # 1: a measured lower bound above the claim
-                                          **{f"epsilon_empirical_{which}{end}": False for which in ("final", "iterates")
-                                             for end in ("", "_low", "_high")},
-                                          "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
+# (given, or calibrated from a target epsilon); then (``AUDIT_PROPERTIES``) a privacy audit's (``privacy.audit``): the
+# epsilon of add-or-remove adjacency, the measured ones with their intervals, the canary count, whether refuted
+PRIVACY_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "noise_multiplier": None}
+AUDIT_PROPERTIES: dict[str, bool | None] = {
+    "epsilon_add_remove": False, "audit_canaries": None, "audit_exceeded": False,  # 1: a lower bound above the claim
+    **{f"epsilon_empirical_{which}{end}": False for which in ("final", "iterates") for end in ("", "_low", "_high")},
+    "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
 
 
 def run_property_directions() -> dict[str, bool | None]:
-    """name -> higher is better (None: neither) of every run property: privacy's, and those every rule registered
-    now reports (a plugin's too)."""
+    """name -> higher is better (None: neither) of every run property: privacy's, those every rule registered now
+    reports (a plugin's too), the audit's (in the order the tables have always shown them)."""
     declared = {name: better for rule in AGGREGATORS.names() for name, better in AGGREGATORS.get(rule).reports.items()}
-    return {**PRIVACY_PROPERTIES, **declared}
+    return {**PRIVACY_PROPERTIES, **declared, **AUDIT_PROPERTIES}
 
 
 RUN_PROPERTIES: dict[str, bool | None] = run_property_directions()  # the built-in ones (at import, before any plugin)
@@ -44,7 +42,9 @@ def run_properties(trial, rounds_done: int) -> dict[str, float]:
 
 
 def stored_value(name: str, value: float) -> float:
-    """A value as read back from the store: a run property's infinity comes back as ``inf``."""
-    if name in RUN_PROPERTIES and abs(value) >= MLFLOW_INFINITY:
+    """A value as read back from the store: an infinity (a run property's: no guarantee; MLflow writes it as the
+    largest float, which no finite metric reaches) comes back as ``inf``, a plugin's property's too (its process
+    need not have loaded the plugin)."""
+    if abs(value) >= MLFLOW_INFINITY:
         return math.copysign(math.inf, value)
     return value

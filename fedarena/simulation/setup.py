@@ -125,10 +125,13 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
 def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: PrivacyPlan | None,
                    audit: CanaryAudit | None) -> Pipeline:
     """The trial's stages, in the order they run: privacy's (an audit's canaries join and local DP noises what the
-    devices send; central DP wraps the rule; the audit observes and measures), the threat's (an attack tampers
-    with its devices' rows after the devices' own noise), the rule's (its certificate at each evaluation)."""
+    devices send; central DP wraps the rule; the audit observes), the threat's (an attack tampers with its devices'
+    rows after the devices' own noise), the rule's; at each evaluation the rule's certificate, then the audit's
+    measures (the order they were reported in before the pipeline)."""
     rule = Pipeline() if aggregate is None else aggregate.pipeline()
-    return privacy_pipeline(privacy, audit) + threat.pipeline() + rule
+    private, threatening = privacy_pipeline(privacy, audit), threat.pipeline()
+    staged = private + threatening + rule
+    return replace(staged, evaluation=rule.evaluation + private.evaluation + threatening.evaluation)
 
 
 def with_inputs(trial: Trial) -> Trial:

@@ -137,6 +137,13 @@ class RoundDraw:
         """The round's value of input ``name``, None where the round has none (a direct call's draw)."""
         return self.inputs.get(name)
 
+    def __getattr__(self, name: str) -> Any:
+        """The older spelling of the inputs that were fields (``round.model``, ``round.root_update``,
+        ``round.probe``): a plugin written against it still runs."""
+        if name in LEGACY_INPUTS:
+            return self.__dict__.get("inputs", {}).get(name)
+        raise AttributeError(f"'RoundDraw' object has no attribute {name!r}")
+
     @classmethod
     def rows_in_order(cls, n: int) -> RoundDraw:
         """The draw of a rule called directly: rows drawn in their order, seed 0."""
@@ -153,6 +160,7 @@ class RoundDraw:
 
 
 AGGREGATORS: Registry[AggregatorEntry] = Registry("aggregator")
+LEGACY_INPUTS = ("model", "root_update", "probe")  # once fields of RoundDraw (``RoundDraw.__getattr__``)
 # the server state's entry of a rule that removes clients (an entry with ``excludes``): bool [clients], True for a
 # client the engine must no longer draw (ids beyond its length are in)
 EXCLUDED = "excluded"
@@ -172,6 +180,8 @@ class PreAggregatorEntry:
     members: Callable[..., list[torch.Tensor]] | None = None
     # what it reads from the devices besides the update each sends (as ``AggregatorEntry.device_reads``)
     device_reads: tuple[str, ...] = ()
+    # the registered round inputs it reads from ``round.inputs`` (``fedarena.round_inputs``; it then takes ``round``)
+    inputs: tuple[str, ...] = ()
 
     def __call__(self, updates: torch.Tensor, *, f: int = 0, round: RoundDraw | None = None,
                  **options) -> torch.Tensor:
@@ -200,13 +210,17 @@ PRE_AGGREGATORS: Registry[PreAggregatorEntry] = Registry("pre-aggregator")
 
 def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | None = None,
                    rows: Callable[..., int] | None = None, members: Callable[..., list[torch.Tensor]] | None = None,
-                   device_reads: tuple[str, ...] = ()):
+                   device_reads: tuple[str, ...] = (), inputs: tuple[str, ...] = ()):
     """Register ``fn(updates [n, d], *, [f], [round], **options) -> [m, d]`` as pre-aggregator ``name``
     (``aggregator: {pre: [name, {name: other, option: value}]}``): its options are its other keyword-only
     parameters, with their defaults; see ``PreAggregatorEntry``."""
 
     def decorator(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        PRE_AGGREGATORS.add(name, PreAggregatorEntry(fn, check, rows, members, tuple(device_reads)), version=version)
+        if inputs and "round" not in inspect.signature(fn).parameters:
+            raise ConfigError(f"pre-aggregator {name!r} reads {', '.join(inputs)} but takes no 'round' keyword")
+        entry = PreAggregatorEntry(fn, check, rows, members, tuple(device_reads),
+                                   checked_reads(tuple(inputs), f"pre-aggregator {name!r}"))
+        PRE_AGGREGATORS.add(name, entry, version=version)
         return fn
 
     return decorator
@@ -237,8 +251,10 @@ def check_common(n: int, f: int, **params) -> None:
         raise ConfigError(f"the number of malicious clients f must be >= 0, got f={f}")
 
 
-LEGACY_READS = {"needs_losses": "losses", "uses_weights": "weights", "needs_round": "round",
-                "needs_root": "root_update", "needs_probe": "probe"}  # the flags ``reads`` replaced, still taken
+# the flags ``reads`` replaced, still taken, each as what it gave a rule: ``needs_round`` the draw with the round's
+# model (a field of the draw then), ``needs_root`` FLTrust's root update, ``needs_probe`` DeepSight's probe
+LEGACY_READS = {"needs_losses": ("losses",), "uses_weights": ("weights",), "needs_round": ("round", "model"),
+                "needs_root": ("round", "root_update"), "needs_probe": ("round", "model", "probe")}
 
 
 def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] = (), version: int = 1,
@@ -263,7 +279,7 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
     if unknown:
         raise TypeError(f"aggregator() got unexpected keyword arguments {unknown}; allowed besides its own: "
                         f"{', '.join(LEGACY_READS)}")
-    declared = checked_reads(tuple(reads) + tuple(LEGACY_READS[k] for k, on in flags.items() if on),
+    declared = checked_reads(tuple(reads) + tuple(r for k, on in flags.items() if on for r in LEGACY_READS[k]),
                              f"aggregator {name!r}")
     reports = dict(reports or {})
     if (certify is None) != (not reports) or not all(v in (True, False, None) for v in reports.values()):
@@ -272,6 +288,9 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
                           f"reports={reports!r}")
 
     def decorator(fn: Aggregate) -> Aggregate:
+        if any(r not in ("losses", "weights") for r in declared) and "round" not in inspect.signature(fn).parameters:
+            raise ConfigError(f"aggregator {name!r} reads {', '.join(declared)} but takes no 'round' keyword: the "
+                              "round's draw and inputs reach it as round=RoundDraw(...)")
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, declared, selects,
                                               sensitivity, sum_only, per_client, certify, reports, excludes,
                                               tuple(tasks), tuple(device_reads)),

@@ -57,8 +57,10 @@ class Aggregator:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        """The registered round inputs the rule reads (``fedarena.round_inputs``), each checked to exist."""
-        return provided(self.entry.reads, f"aggregator {self.name!r}")
+        """The registered round inputs the rule and its pre-aggregators read (``fedarena.round_inputs``), each
+        checked to exist."""
+        pre = tuple(name for entry in self.pre_fns for name in entry.inputs)
+        return provided(tuple(dict.fromkeys((*self.entry.reads, *pre))), f"aggregator {self.name!r}")
 
     @property
     def needs_round(self) -> bool:
@@ -245,7 +247,7 @@ def check_rule(agg: Aggregator, *, n: int) -> None:
                               f"{name!r} cannot give it (it averages clients' rows); drop one of them")
         rows = entry.output_rows(rows, **options)
     agg.entry.check(rows, agg.f, **agg.params)
-    provided(agg.entry.reads, f"aggregator {agg.name!r}")  # raises where no provider makes an input it reads
+    agg.inputs  # noqa: B018  raises where no provider makes an input the rule or a pre-aggregator reads
 
 
 def expected_malicious(clients_per_round: int, num_corrupted: int, num_clients: int) -> int:
