@@ -101,10 +101,11 @@ CONFIG = {"dataset": {"name": "blobs"}, "method": {"name": "last_local"},
           "rounds": 6, "eval_every": 3, "clients_per_round": 6, "lr": 0.1}
 
 
-def write_package(root: Path, name: str = "myfl") -> Path:
+def write_package(root: Path, name: str = "myfl", files: dict[str, str] = PACKAGE) -> Path:
+    """A plugin package ``name`` of ``files`` (file name -> indented source) in ``root``."""
     folder = root / name
     folder.mkdir(parents=True)
-    for file, text in PACKAGE.items():
+    for file, text in files.items():
         (folder / file).write_text(textwrap.dedent(text).lstrip())
     return folder
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 from resume import run_interrupted
-from test_plugins import fedarena_cli
+from test_plugins import fedarena_cli, write_package
 
 import fedarena
 from fedarena import plugins
@@ -128,18 +128,14 @@ ROWS = {"holdout_trust": {"aggregator": {"name": "holdout_trust", "size": 20}},
 ATTACK = {"name": "adaptive_flip", "level": 0.3}
 
 
-def write_package(root: Path) -> Path:
-    folder = root / "statefulfl"
-    folder.mkdir(parents=True)
-    for file, text in PACKAGE.items():
-        (folder / file).write_text(textwrap.dedent(text).lstrip())
-    return folder
+def write_stateful(root: Path) -> Path:
+    return write_package(root, "statefulfl", PACKAGE)
 
 
 @pytest.fixture
 def loaded(tmp_path):
     """The plugin, loaded in this process with its contract checked; unloaded after the test."""
-    load_checked([write_package(tmp_path / "plugins")], entry_points=False)
+    load_checked([write_stateful(tmp_path / "plugins")], entry_points=False)
     yield
     for source in list(plugins.loaded()):
         plugins.unload(source)
@@ -294,7 +290,7 @@ SUITE = {
 
 @pytest.mark.integration  # `fedarena bench run` as a process: Ray workers import the plugin from the suite's include
 def test_bench_run_on_ray_workers_runs_the_stateful_plugins(tmp_path):
-    write_package(tmp_path / "plugins")
+    write_stateful(tmp_path / "plugins")
     suite = tmp_path / "statefulsuite.yaml"
     suite.write_text(yaml.safe_dump(SUITE))
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"

@@ -34,6 +34,10 @@ class RecordingRule:
     def needs_round(self):
         return self.inner.needs_round
 
+    @property
+    def needs_losses(self):
+        return self.inner.needs_losses
+
 
 def weights_seen(trial):
     """(aggregation weights the server saw in round 0, training sizes of the clients it sampled)."""
