@@ -350,4 +350,7 @@ def test_crfl_is_registered_reading_the_round_needing_only_the_sum_with_its_chec
     entry = AGGREGATORS.get("crfl")
     assert entry.rule is crfl and entry.check is check_crfl and entry.certify is certify_crfl
     assert entry.needs_round and not entry.needs_each_update()  # secure aggregation's mean suffices
+    # the certificate's property, higher is better (the store logs it, the tables rank it); classification only
+    assert dict(entry.reports) == {"certified_radius": True} and entry.tasks == ("classification",)
+    assert entry.reads == ("round", "model")
     assert AGGREGATORS.version("crfl") == 2  # docs/fidelity.md: version 2, tau and the certified model
