@@ -212,19 +212,27 @@ SUITE = {
 }
 
 
-@pytest.mark.integration  # `fedarena bench run` as a process: real Ray workers import the shipped plugin
-def test_bench_run_on_ray_workers_tracks_the_plugins_rows_into_the_tables(tmp_path):
-    # Prepare: the plugin beside a suite file that includes it; workers see no path to it (a fresh cwd)
-    write_package(tmp_path / "plugins")
-    suite = tmp_path / "pluginsuite.yaml"
-    suite.write_text(yaml.safe_dump(SUITE))
+def bench_suite_file(tmp_path: Path, suite: dict) -> tuple[subprocess.CompletedProcess, str, Path]:
+    """``fedarena bench run`` of ``suite`` (written beside the plugins in ``tmp_path``) at the smoke scale, as a process
+    started in a folder of its own (workers see no path to the plugins), into a new store: (the run, its URI, the
+    folder it ran in)."""
+    path = tmp_path / f"{suite['name']}.yaml"
+    path.write_text(yaml.safe_dump(suite))
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     (tmp_path / "store").mkdir()
     run_dir = tmp_path / "elsewhere"
     run_dir.mkdir()
-    # Execute
-    done = fedarena_cli("bench", "run", str(suite), "--scale", "smoke", "--tracking-uri", uri, "--storage",
+    done = fedarena_cli("bench", "run", str(path), "--scale", "smoke", "--tracking-uri", uri, "--storage",
                         str(tmp_path / "ray"), "--num-cpus", "2", cwd=run_dir)
+    return done, uri, run_dir
+
+
+@pytest.mark.integration  # `fedarena bench run` as a process: real Ray workers import the shipped plugin
+def test_bench_run_on_ray_workers_tracks_the_plugins_rows_into_the_tables(tmp_path):
+    # Prepare: the plugin beside a suite file that includes it; workers see no path to it (a fresh cwd)
+    write_package(tmp_path / "plugins")
+    # Execute
+    done, uri, run_dir = bench_suite_file(tmp_path, SUITE)
     # Assert: every trial finished on the workers, each run carries the plugin's identity
     assert done.returncode == 0, done.stdout + done.stderr
     assert "done: 24 finished, 0 failed" in done.stdout, done.stdout

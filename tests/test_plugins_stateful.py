@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from resume import run_interrupted
-from test_plugins import fedarena_cli, write_package
+from test_plugins import bench_suite_file, write_package
 
 import fedarena
 from fedarena import plugins
@@ -291,13 +290,7 @@ SUITE = {
 @pytest.mark.integration  # `fedarena bench run` as a process: Ray workers import the plugin from the suite's include
 def test_bench_run_on_ray_workers_runs_the_stateful_plugins(tmp_path):
     write_stateful(tmp_path / "plugins")
-    suite = tmp_path / "statefulsuite.yaml"
-    suite.write_text(yaml.safe_dump(SUITE))
-    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    (tmp_path / "store").mkdir()
-    (tmp_path / "elsewhere").mkdir()
-    done = fedarena_cli("bench", "run", str(suite), "--scale", "smoke", "--tracking-uri", uri, "--storage",
-                        str(tmp_path / "ray"), "--num-cpus", "2", cwd=tmp_path / "elsewhere")
+    done, uri, _ = bench_suite_file(tmp_path, SUITE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "done: 4 finished, 0 failed" in done.stdout, done.stdout
     frame = fedarena.runs("statefulsuite", tracking_uri=uri)
