@@ -12,7 +12,7 @@ FORMAT ?= markdown
 OUT ?= leaderboards
 BENCH_ARGS ?=
 
-.PHONY: install test benchmark perf perf-paper lint ui leaderboards report mutants clean
+.PHONY: install test benchmark perf perf-paper lint ui leaderboards report site mutants clean
 
 # `make install EXTRAS=postgres` adds install extras (comma-separated) to the dev install.
 install: $(STAMP)
@@ -40,6 +40,12 @@ ui: install
 REPORT_OUT ?= report
 report: install
 	$(BIN)/fedarena report $(SUITE) --out $(REPORT_OUT)
+
+# The robustness leaderboard as a static site from the store `make benchmark` and `fedarena evaluate --builtin` fill
+# (SUBMISSIONS=folder adds submissions, each rerun through the battery): $(SITE_OUT)/index.html
+SITE_OUT ?= site
+site: install
+	$(BIN)/fedarena site --scale $(SCALE) --out $(SITE_OUT) $(if $(SUBMISSIONS),--submissions $(SUBMISSIONS),)
 
 perf: install
 	$(BIN)/python -m fedarena.perf

@@ -9,6 +9,7 @@ plugin (``fedarena.plugins``)::
     r = fedarena.run({"dataset": {"name": "digits"}, "method": {"name": "ditto"}}, rounds=50)
     fedarena.benchmark("robustness", scale="quick")
     fedarena.runs("robustness"); fedarena.leaderboard("robustness", format="latex", out="tables/")
+    fedarena.site(scale="quick", out="site/", submissions="submissions/")
 
 Importing ``fedarena`` stays light: each name loads its module (torch, Ray, MLflow) when first used.
 """
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "run": "fedarena.api", "benchmark": "fedarena.api", "runs": "fedarena.api", "leaderboard": "fedarena.api",
     "RunResult": "fedarena.api", "load_plugins": "fedarena.api", "evaluate": "fedarena.api",
-    "tune": "fedarena.api",
+    "tune": "fedarena.api", "site": "fedarena.website.build",
     "log_uniform": "fedarena.search_space", "uniform": "fedarena.search_space", "choice": "fedarena.search_space",
     "aggregator": "fedarena.methods.aggregators.base", "pre_aggregator": "fedarena.methods.aggregators.base",
     "check_common": "fedarena.methods.aggregators.base", "check_updates": "fedarena.methods.aggregators.base",

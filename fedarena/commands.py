@@ -8,6 +8,7 @@ from fedarena.datasets import commands as data_commands
 from fedarena.leaderboards import commands as leaderboard_commands
 from fedarena.report import commands as report_commands
 from fedarena.tuning import commands as tune_commands
+from fedarena.website import commands as site_commands
 
 MODULES: list = [bench_commands, battery_commands, data_commands, leaderboard_commands, report_commands,
-                 tune_commands]
+                 tune_commands, site_commands]

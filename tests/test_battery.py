@@ -17,7 +17,7 @@ from fedarena.battery.definition import (
     row_of,
     version,
 )
-from fedarena.battery.harness import card_text
+from fedarena.battery.harness import card_text, claim_text
 
 LEVELS = [0.1, 0.2, 0.5]
 
@@ -80,9 +80,14 @@ def test_a_claim_is_printed_against_the_measured_setting(tmp_path):
     claim.write_text(json.dumps({"clean_acc": 0.95, "robust_acc": {"min_max@0.2": 0.8, "fang@0.1": 0.7}}))
     card = card_of(cells_of(*ALPHA), "aggregator.alpha", kind="aggregator", battery_version=1, scale="quick",
                    levels=LEVELS)
+    card.intervals = {"clean": {"acc_pooled": [0.88, 0.92]}, "min_max@0.2": {"acc_pooled": [0.6, 0.85]}}
     rows = claimed_vs_measured(card, read_claim(claim))
-    assert rows == [("clean", 0.95, pytest.approx(0.9)), ("min_max@0.2", 0.8, pytest.approx(0.65)),
-                    ("fang@0.1", 0.7, None)]
+    assert rows == [("clean", 0.95, pytest.approx(0.9), [0.88, 0.92]),
+                    ("min_max@0.2", 0.8, pytest.approx(0.65), [0.6, 0.85]), ("fang@0.1", 0.7, None, None)]
+    # the claim outside the measured interval is shown with its difference, the one inside as inside
+    text = claim_text(card, read_claim(claim))
+    assert "| clean | 0.950 | 0.900 | [0.880, 0.920] | -0.050 | no |" in text
+    assert "| min_max@0.2 | 0.800 | 0.650 | [0.600, 0.850] | -0.150 | yes |" in text
 
 
 @pytest.mark.parametrize("text,message", [

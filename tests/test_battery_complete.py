@@ -42,8 +42,11 @@ def test_a_row_missing_one_battery_trial_is_incomplete_and_unranked_and_ranks_no
 
 def test_complete_rows_of_another_battery_version_are_not_ranked_together():
     by = cards({}, versions={"aggregator.krum": 1})
-    assert by["aggregator.krum"].rank == {"0.1": 1} and by["aggregator.krum"].ranked_among == {"0.1": 1}
-    assert by["aggregator.median"].ranked_among == {"0.1": 2}
+    # krum alone at version 1: no other built-in card to rank against, said instead of "1 of 1"
+    assert by["aggregator.krum"].rank == {"0.1": None} and by["aggregator.krum"].ranked_among == {}
+    assert "no other complete built-in aggregator card of battery version 1" in by["aggregator.krum"].unranked
+    assert "Not ranked: no other complete built-in" in card_text(by["aggregator.krum"])
+    assert by["aggregator.median"].ranked_among == {"0.1": 2} and not by["aggregator.median"].unranked
 
 
 def test_a_card_left_unchecked_is_incomplete():

@@ -17,10 +17,11 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"tracking"},  # logs the engine's registered metrics
     {"suites"},  # the suite language (parse, select, validate, grid, tuned values, labels, order) and the shipped files
     {"bench", "leaderboards", "report", "perf", "examples", "api", "battery", "tuning"},  # api: what the commands call
+    {"website"},  # the leaderboard site: the battery's cards and the submissions' reruns
     {"commands", "cli"},
 ]
 LAZY_CLI = {"cli.py", "bench/commands.py", "leaderboards/commands.py", "report/commands.py", "datasets/commands.py",
-            "battery/commands.py", "tuning/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
+            "battery/commands.py", "tuning/commands.py", "website/commands.py"}  # keep `fedarena --help` free of Ray and MLflow
 
 
 def module_name(path: Path) -> str:

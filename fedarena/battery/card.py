@@ -11,7 +11,13 @@ spread across devices, the worst 10% of devices, the attack success rate). A car
   undefined there) is ``{"undefined": why}`` and never ranked;
 - ``worst_asr``: the highest attack success rate over the targeted attacks and levels, with its attack;
 - ``rank``: per level, the row's place by worst-case accuracy among the built-in rows of its kind that have one
-  (1 = best; ties share the better place), among complete cards of one battery version only;
+  (1 = best; ties share the better place), among complete cards of one battery version only; a card with no
+  other such built-in card to rank against (a store without ``evaluate --builtin``'s cards) is not ranked, and
+  ``unranked`` says why;
+- ``intervals`` (setting -> metric -> [low, high], the 95% Student-t interval over the seeds) and ``grid`` (each
+  setting and dataset with its seeds' values: ``battery.spread``);
+- ``secure_aggregation`` and ``central_dp``: whether the row's server side runs under each, as its method and
+  rule declare it (``sum_only``, ``sensitivity``), recorded with its runs (None: not known);
 - ``complete`` and ``missing``: whether every trial of the battery's current version for the row (each attack,
   level, dataset and seed it can run) is in the store with a finite accuracy, else which are not; an incomplete
   card is never ranked (a minimum over fewer settings can only flatter it) and states the battery version its
@@ -52,6 +58,17 @@ class Card:
     complete: bool = False  # every trial of the battery's current version present and finite
     missing: list[str] = field(default_factory=list)  # what is not: "attack@level dataset sN (why)"
     tuning: str = ""  # the tuning note of a tuned row ('' at the component's defaults)
+    unranked: str = ""  # why the card has no rank although complete ('' where it is ranked or incomplete)
+    intervals: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # setting -> metric -> [low, high]
+    grid: list[dict] = field(default_factory=list)  # per setting and dataset: seeds, values, mean, half-width
+    secure_aggregation: bool | None = None  # its server side needs only the updates' sum
+    central_dp: bool | None = None  # central DP composes with its method and rule
+
+    @classmethod
+    def from_json(cls, data: dict) -> Card:
+        """A card as ``to_json`` wrote it (a None accuracy stays None: it was not finite)."""
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def to_json(self) -> dict:
         return _finite(asdict(self))
@@ -143,8 +160,9 @@ FEDAVG = "aggregator.mean"  # FedAvg's row: the no-defense aggregator, and the g
 def rank_cards(cards: list[Card], builtin: set[str]) -> None:
     """Each complete card's place per level by worst-case accuracy among the complete built-in rows of its kind
     (and itself) of the same battery version; FedAvg's row counts among the methods too. An incomplete card has
-    no rank (and is nobody's peer)."""
+    no rank (and is nobody's peer); nor has a card with no other built-in card to rank against (``unranked``)."""
     for card in cards:
+        card.rank, card.ranked_among, card.unranked = {}, {}, ""
         for level, entry in card.worst.items():
             if "acc" not in entry or not card.complete:
                 card.rank[level] = None
@@ -152,8 +170,15 @@ def rank_cards(cards: list[Card], builtin: set[str]) -> None:
             peers = [c.worst[level]["acc"] for c in cards if (c.kind == card.kind or c.component == FEDAVG)
                      and c.complete and c.battery_version == card.battery_version
                      and level in c.worst and "acc" in c.worst[level] and (c.component in builtin or c is card)]
+            if len(peers) < 2:  # itself alone: "1 of 1" would say nothing
+                card.rank[level] = None
+                continue
             card.rank[level] = 1 + sum(acc > entry["acc"] for acc in peers)
             card.ranked_among[level] = len(peers)
+        if card.complete and not card.ranked_among:
+            card.unranked = (f"no other complete built-in {card.kind} card of battery version {card.battery_version} "
+                             f"at scale {card.scale} in this store to rank against (fedarena evaluate --builtin "
+                             f"--scale {card.scale} computes them)")
 
 
 def read_claim(path) -> dict:
@@ -165,20 +190,26 @@ def read_claim(path) -> dict:
         raise BatteryError(f"claim file {path}: cannot read it ({err.strerror or err})") from None
     except ValueError as err:
         raise BatteryError(f"claim file {path}: not JSON ({err})") from None
+    return check_claim(data, f"claim file {path}")
+
+
+def check_claim(data, where: str) -> dict:
+    """``data`` as a claim (``read_claim``'s schema), or a BatteryError starting with ``where``."""
     expected = ('{"clean_acc": 0.91, "robust_acc": {"min_max@0.2": 0.85}} (fractions; attack labels of the '
                 'battery)')
     if not isinstance(data, dict) or set(data) - set(CLAIM_KEYS) or not data:
-        raise BatteryError(f"claim file {path}: expected keys {', '.join(CLAIM_KEYS)}, got "
+        raise BatteryError(f"{where}: expected keys {', '.join(CLAIM_KEYS)}, got "
                            f"{sorted(data) if isinstance(data, dict) else type(data).__name__}; e.g. {expected}")
     robust = data.get("robust_acc", {})
     values = [data.get("clean_acc", 0.0), *(robust.values() if isinstance(robust, dict) else [None])]
-    if not isinstance(robust, dict) or not all(isinstance(v, (int, float)) and 0 <= v <= 1 for v in values):
-        raise BatteryError(f"claim file {path}: accuracies are fractions in [0, 1] and robust_acc maps "
+    if not isinstance(robust, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               and 0 <= v <= 1 for v in values):
+        raise BatteryError(f"{where}: accuracies are fractions in [0, 1] and robust_acc maps "
                            f"'attack@level' to one; e.g. {expected}")
     for key in robust:
-        attack, sep, level = key.partition("@")
+        attack, sep, level = str(key).partition("@")
         if not sep or not attack or not _is_number(level):
-            raise BatteryError(f"claim file {path}: robust_acc key {key!r} is not 'attack@level' (e.g. 'min_max@0.2')")
+            raise BatteryError(f"{where}: robust_acc key {key!r} is not 'attack@level' (e.g. 'min_max@0.2')")
     return data
 
 
@@ -190,13 +221,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def claimed_vs_measured(card: Card, claim: dict) -> list[tuple[str, float, float | None]]:
-    """(what, claimed, measured) for every claim; measured None where the battery has no such setting."""
+def claimed_vs_measured(card: Card, claim: dict) -> list[tuple[str, float, float | None, list[float] | None]]:
+    """(what, claimed, measured, measured interval) for every claim; measured None where the battery has no such
+    setting, the interval None where the card has none."""
     rows = []
     if "clean_acc" in claim:
-        rows.append(("clean", float(claim["clean_acc"]), card.clean_acc))
+        rows.append(("clean", float(claim["clean_acc"]), card.clean_acc,
+                     card.intervals.get("clean", {}).get("acc_pooled")))
     for key, value in claim.get("robust_acc", {}).items():
         attack, _, level = key.partition("@")
-        measured = card.settings.get(f"{attack}@{float(level):g}", {}).get("acc_pooled")
-        rows.append((f"{attack}@{float(level):g}", float(value), measured))
+        setting = f"{attack}@{float(level):g}"
+        measured = card.settings.get(setting, {}).get("acc_pooled")
+        rows.append((setting, float(value), measured, card.intervals.get(setting, {}).get("acc_pooled")))
     return rows

@@ -39,17 +39,19 @@ from fedarena.battery.definition import (
     load_battery,
     row_of,
 )
+from fedarena.battery.spread import grid, intervals, within
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
 from fedarena.contracts import load_checked
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
+from fedarena.privacy.compatibility import CENTRAL_TAG, SECURE_TAG, read_tag, runs_under
 from fedarena.suites.spec import Suite
 from fedarena.suites.tuned import read_frozen, tuned_label_of, with_tuned
 from fedarena.suites.tuned_labels import TUNED
 from fedarena.tracking.location import tracking_uri as resolve_uri
-from fedarena.tracking.reading import read_runs
+from fedarena.tracking.reading import config_of, read_runs
 
 
 def evaluate(aggregator: str | None = None, method: str | None = None, *, builtin: bool = False,
@@ -169,7 +171,23 @@ def _card(cells: pd.DataFrame, runs: pd.DataFrame, label: str, expected: dict[st
                    undefined=undefined, missing=missing)
     card.identity, card.code_version = provenance(own, card)
     card.tuning = tuning_note(own)
+    card.intervals, card.grid = intervals(own, card.settings), grid(own)
+    card.secure_aggregation, card.central_dp = recorded_privacy(own)
     return card
+
+
+def recorded_privacy(runs: pd.DataFrame) -> tuple[bool | None, bool | None]:
+    """(secure aggregation, central DP) of a row's server side: as its runs recorded it (``privacy.compatibility``), or
+    for runs recorded before the tags, from today's registries where its components are registered here."""
+    if runs.empty:
+        return None, None
+    first = runs.iloc[0].to_dict()
+    recorded = [read_tag(first.get(tag)) for tag in (SECURE_TAG, CENTRAL_TAG)]
+    if None not in recorded:
+        return recorded[0], recorded[1]
+    config = config_of(first)
+    facts = runs_under(config.get("method") or {}, config.get("aggregator") or {})
+    return (None, None) if facts is None else (facts[SECURE_TAG], facts[CENTRAL_TAG])
 
 
 def provenance(runs: pd.DataFrame, card: Card) -> tuple[str, str]:
@@ -205,6 +223,8 @@ def card_text(card: Card) -> str:
               "Worst attack success rate: – (no targeted attack ran)"]
     lines.append("Rank: among the complete built-in rows of its kind and battery version with a worst case at that "
                  "level (1 = best); an incomplete card is not ranked.")
+    if card.unranked:
+        lines.append(f"Not ranked: {card.unranked}.")
     return "\n".join(lines)
 
 
@@ -215,10 +235,13 @@ def _incomplete_text(card: Card, shown: int = 5) -> str:
 
 
 def claim_text(card: Card, claim: dict) -> str:
-    rows = ["| setting | claimed | measured | measured - claimed |", "|:---|:---:|:---:|:---:|"]
-    for what, claimed, measured in claimed_vs_measured(card, claim):
+    rows = ["| setting | claimed | measured | 95% interval | measured - claimed | claim in interval |",
+            "|:---|:---:|:---:|:---:|:---:|:---:|"]
+    for what, claimed, measured, interval in claimed_vs_measured(card, claim):
         diff = f"{measured - claimed:+.3f}" if measured is not None else "–"
-        rows.append(f"| {what} | {claimed:.3f} | {_fmt(measured)} | {diff} |")
+        span = f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "–"
+        inside = "–" if not interval else ("yes" if within(claimed, interval) else "no")
+        rows.append(f"| {what} | {claimed:.3f} | {_fmt(measured)} | {span} | {diff} | {inside} |")
     return "\n".join([f"Claimed against measured ({card.component}):", "", *rows])
 
 

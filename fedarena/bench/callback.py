@@ -24,6 +24,7 @@ from ray import tune
 
 from fedarena.bench.progress import Printer, final_line, round_line, tally
 from fedarena.bench.trainable import CLIENTS_FILE, RESULT_FILE
+from fedarena.privacy.compatibility import privacy_tags
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.metrics import plugin_metric_directions
 from fedarena.suites.grid import TrialSpec
@@ -90,10 +91,19 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
     if spec.privacy_label != NO_PRIVACY:  # runs without the tag read as none (the tables' ``privacy_label``)
         tags["privacy_label"] = spec.privacy_label
+    tags.update(_privacy_tags(json.dumps({"method": spec.config.method, "aggregator": spec.config.aggregator},
+                                         sort_keys=True, default=str)))
     if plugin_metric_directions():
         tags[METRIC_DIRECTIONS_TAG] = json.dumps(plugin_metric_directions(), sort_keys=True)
     tags.update(spec.tags)
     return tags
+
+
+@functools.lru_cache(maxsize=256)
+def _privacy_tags(sections: str) -> dict[str, str]:
+    """What a trial's method and rule declare about secure aggregation and central DP (``privacy.compatibility``), once
+    per pair of sections: a plugin's row shows it in the tables and on the site without the plugin."""
+    return privacy_tags(json.loads(sections))
 
 
 def checkpoint_uri(checkpoint: tune.Checkpoint) -> str:

@@ -61,7 +61,7 @@ HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a ru
 TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite", "scale", "dataset_fingerprint",
         "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
         "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used", "privacy_label",
-        "identity_folds")
+        "identity_folds", "runs_under_secure_aggregation", "runs_under_central_dp")
 REUSED_FROM_SUITE, USED_BY = "reused_from_suite", "used_by"  # REUSED_FROM: ``tracking.reading``
 METRIC_DIRECTIONS_TAG = "metric_directions"  # JSON {metric: higher is better} of the plugins' metrics a run logged
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report

@@ -1,0 +1,114 @@
+"""An entry's page: its card (worst case per level with rank, fairness under it, worst attack success rate), the
+whole per-attack grid with seeds and 95% intervals, accuracy against attack level, claims beside measurements,
+the cells a rerun did not reproduce, the component's source identity and the command that reproduces it."""
+
+from __future__ import annotations
+
+from fedarena.website.chart import level_chart
+from fedarena.website.entries import Entry
+from fedarena.website.pages import esc, fmt, link, page, status_badge, yes_no
+
+
+def entry_html(entry: Entry, scale: str, root: str) -> str:
+    title = f"{entry.name or entry.component}: robustness card"
+    return page(title, "\n".join(_sections(entry, scale, title)), root)
+
+
+def _sections(entry: Entry, scale: str, title: str) -> list[str]:
+    out = [f"<h1>{esc(title)}</h1>", f"<p>{status_badge(entry)} {esc(entry.component)}</p>", _about(entry)]
+    if entry.card is None:
+        return out + [f"<p>Rejected: <strong>{esc(entry.reason)}</strong></p>"]
+    card = entry.card
+    out += [_facts(entry), "<h2>Worst case per level</h2>", _worst(entry), "<h2>Accuracy against attack level</h2>",
+            level_chart(card)]
+    if entry.differing:
+        out += ["<h2>Cells the rerun did not reproduce</h2>", _differing(entry)]
+    if entry.claims:
+        out += ["<h2>Claimed against measured</h2>", _claims(entry)]
+    out += ["<h2>Every setting (per dataset, with its seeds)</h2>", _grid(entry),
+            "<h2>Reproduce</h2>", f"<pre>{esc(entry.reproduce)}</pre>"]
+    return out
+
+
+def _about(entry: Entry) -> str:
+    bits = []
+    if entry.authors:
+        bits.append(f"Authors: {esc(', '.join(entry.authors))}.")
+    if entry.paper:
+        bits.append(f"Paper: {link(entry.paper, entry.paper)}.")
+    return f"<p>{' '.join(bits)}</p>" if bits else ""
+
+
+def _facts(entry: Entry) -> str:
+    card = entry.card
+    rows = [("kind", card.kind), ("pre-aggregators", ", ".join(entry.pre_aggregators) or "none"),
+            ("battery version", card.battery_version), ("scale", card.scale), ("datasets", ", ".join(card.datasets)),
+            ("component version (source identity)", card.identity or "?"), ("code version", card.code_version or "?"),
+            ("runs under secure aggregation", yes_no(card.secure_aggregation)),
+            ("runs under central DP", yes_no(card.central_dp)),
+            ("clean accuracy", f"{fmt(card.clean_acc)} {_span(card.intervals.get('clean', {}).get('acc_pooled'))}"),
+            ("worst attack success rate", f"{fmt(card.worst_asr.get('asr'))} ({card.worst_asr.get('attack', '–')})"),
+            ("complete", "yes" if card.complete else f"no: {len(card.missing)} of the battery's trials missing"),
+            ("values", card.tuning or "the component's defaults" + (f" with {entry.settings}" if entry.settings else ""))]
+    if card.unranked:
+        rows.append(("rank", f"not ranked: {card.unranked}"))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="facts">{body}</table>'
+
+
+def _span(interval) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+
+
+def _worst(entry: Entry) -> str:
+    card = entry.card
+    rows = []
+    for level, worst in sorted(card.worst.items(), key=lambda item: float(item[0])):
+        if "acc" not in worst:
+            rows.append(f"<tr><td>{float(level):.0%}</td><td>undefined</td><td colspan=\"5\">{esc(worst['undefined'])}</td></tr>")
+            continue
+        setting = f"{worst['attack']}@{float(level):g}"
+        place = card.rank.get(level)
+        rank = f"{place} of {card.ranked_among.get(level)}" if place else "–"
+        rows.append(f"<tr><td>{float(level):.0%}</td><td class=\"num\">{fmt(worst['acc'])}</td>"
+                    f"<td>{_span(card.intervals.get(setting, {}).get('acc_pooled'))}</td><td>{esc(worst['attack'])}</td>"
+                    f"<td class=\"num\">{fmt(worst.get('acc_std'))}</td><td class=\"num\">{fmt(worst.get('acc_worst10'))}</td>"
+                    f"<td>{esc(rank)}</td></tr>")
+    head = ("<tr><th>level</th><th>worst-case accuracy</th><th>95% interval</th><th>attack</th>"
+            "<th>std across devices</th><th>worst 10% of devices</th><th>rank</th></tr>")
+    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _grid(entry: Entry) -> str:
+    rows = []
+    for cell in entry.card.grid:
+        seeds = ", ".join(f"s{s}: {fmt(v)}" for s, v in zip(cell["seeds"], cell.get("acc_pooled", []), strict=False))
+        asr = fmt(cell.get("asr_pooled_mean")) + (f" ± {fmt(cell['asr_pooled_ci'])}" if cell.get("asr_pooled_ci") else "")
+        ci = f" ± {fmt(cell['acc_pooled_ci'])}" if cell.get("acc_pooled_ci") else ""
+        rows.append(f"<tr><td>{esc(cell['setting'])}</td><td>{esc(cell['dataset'])}</td><td>{len(cell['seeds'])}</td>"
+                    f"<td class=\"num\">{fmt(cell.get('acc_pooled_mean'))}{ci}</td><td>{esc(seeds)}</td>"
+                    f"<td class=\"num\">{asr if cell.get('asr_pooled_mean') is not None else '–'}</td></tr>")
+    head = ("<tr><th>setting</th><th>dataset</th><th>seeds</th><th>accuracy (mean ± 95% half-width)</th>"
+            "<th>per seed</th><th>attack success rate</th></tr>")
+    return f'<table id="grid"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _claims(entry: Entry) -> str:
+    rows = []
+    for row in entry.claim_rows():
+        inside = {True: "yes", False: '<span class="outside">no</span>', None: "–"}[row["in_interval"]]
+        diff = "–" if row["difference"] is None else f"{row['difference']:+.3f}"
+        rows.append(f"<tr><td>{esc(row['setting'])}</td><td class=\"num\">{fmt(row['claimed'])}</td>"
+                    f"<td class=\"num\">{fmt(row['measured'])}</td><td>{_span(row['interval'])}</td>"
+                    f"<td class=\"num\">{diff}</td><td>{inside}</td></tr>")
+    head = ("<tr><th>setting</th><th>claimed</th><th>measured</th><th>95% interval</th><th>measured − claimed</th>"
+            "<th>claim in interval</th></tr>")
+    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _differing(entry: Entry) -> str:
+    rows = "".join(f"<tr><td>{esc(d['cell'])}</td><td class=\"num\">{fmt(d['submitted'])}</td>"
+                   f"<td class=\"num\">{fmt(d['measured'])}</td><td>{_span(d['interval'])}</td><td>{esc(d['why'])}</td></tr>"
+                   for d in entry.differing)
+    head = "<tr><th>cell</th><th>submitted</th><th>rerun</th><th>rerun's 95% interval</th><th>why</th></tr>"
+    return f'<table id="differing"><thead>{head}</thead><tbody>{rows}</tbody></table>'

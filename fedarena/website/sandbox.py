@@ -1,0 +1,117 @@
+"""A submission's code runs in processes of its own, under a time and a memory limit.
+
+The command starts in a new session (its own process group); every process it starts (Ray's raylet, GCS and
+workers among them) is its descendant. Every half second the resident memory of all of them is added up; past
+the memory limit, or past the time limit, the whole tree is killed and the outcome says which limit it hit. The
+command gets its own working folder and an environment without the site builder's store, Ray cluster or
+plugins, so what it writes is its own runs (``build``: a store per submission). This is process isolation
+with resource limits, not a security boundary: run ``fedarena site`` on submissions as an unprivileged user, or
+in a container, when their authors are not trusted with that user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+POLL = 0.5  # seconds between two looks at the process tree
+STRIPPED = ("RAY_ADDRESS", "FEDARENA_INCLUDE", "MLFLOW_TRACKING_URI")  # the builder's cluster, plugins, store
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int | None  # None: killed at a limit
+    limit: str  # "" or why it was killed: "time limit of 10 s" / "memory limit of 512 MiB"
+    output: str  # the last lines of its standard output and error
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.limit
+
+
+def run_limited(command: list[str], cwd: Path, log: Path, *, seconds: float, memory_mib: int) -> Outcome:
+    """Run ``command`` in ``cwd`` (its output to ``log``) until it exits or reaches a limit."""
+    env = {k: v for k, v in os.environ.items() if k not in STRIPPED}
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        limit = _watch(process, seconds, memory_mib)
+    return Outcome(None if limit else process.returncode, limit, _tail(log))
+
+
+def _watch(process: subprocess.Popen, seconds: float, memory_mib: int) -> str:
+    deadline = time.monotonic() + seconds
+    while process.poll() is None:
+        tree = descendants(process.pid)
+        if time.monotonic() > deadline:
+            _kill(process, tree)
+            return f"time limit of {seconds:g} s"
+        if resident_mib(tree) > memory_mib:
+            _kill(process, tree)
+            return f"memory limit of {memory_mib} MiB"
+        time.sleep(POLL)
+    _kill(process, descendants(process.pid))  # what it left behind (a Ray daemon outliving its driver)
+    return ""
+
+
+def _kill(process: subprocess.Popen, tree: set[int]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # exited between the look and the kill
+    process.wait()
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process now running."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while listed
+        fields = stat[stat.rindex(")") + 2:].split()  # after the command name, which may hold spaces
+        out[int(entry.name)] = (int(fields[1]), int(fields[2]))
+    return out
+
+
+def descendants(root: int) -> set[int]:
+    """``root`` and every process below it, or in its process group."""
+    table = _processes()
+    found = {root} | {pid for pid, (_, group) in table.items() if group == root}
+    grew = True
+    while grew:
+        more = {pid for pid, (parent, _) in table.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def resident_mib(pids: set[int]) -> float:
+    """The resident memory of ``pids`` together, in MiB."""
+    total = 0
+    for pid in pids:
+        try:
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # exited while counted
+    return total * PAGE / 2**20
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
