@@ -113,9 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_store_early(argv: list[str]) -> None:
-    """``bench run``'s and ``evaluate``'s tracking store, checked before the subcommands load torch, Ray and MLflow:
+    """``bench run``'s, ``evaluate``'s, ``tune``'s and ``site``'s tracking store, checked before the subcommands load torch, Ray and MLflow:
     a store file that is not a database, or a read-only folder, is one line in milliseconds."""
-    if argv[:2] != ["bench", "run"] and argv[:1] not in (["evaluate"], ["tune"]):
+    if argv[:2] != ["bench", "run"] and argv[:1] not in (["evaluate"], ["tune"], ["site"]):
         return
     from fedarena.tracking.location import check_local_store, tracking_uri
 

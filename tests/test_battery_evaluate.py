@@ -45,7 +45,11 @@ def test_a_card_is_computed_served_from_the_store_and_a_plugin_is_ranked_against
     assert all("acc" in card["worst"][level] and card["worst"][level]["attack"] for level in card["worst"])
     assert card["worst_asr"]["attack"].split("@")[0] in {"badnets", "dba", "model_replacement", "neurotoxin",
                                                           "targeted_flip", "a3fl", "edge_case", "iba"}
-    assert card["rank"] == {"0.1": 1, "0.2": 1, "0.5": 1, "0.8": 1}  # the only built-in row in this store
+    # the only built-in row in this store: not ranked "1 of 1", and the card says why
+    assert card["rank"] == {"0.1": None, "0.2": None, "0.5": None, "0.8": None} and card["ranked_among"] == {}
+    assert "no other complete built-in aggregator card of battery version 5 at scale smoke" in card["unranked"]
+    assert card["secure_aggregation"] is False and card["central_dp"] is True  # as the median declares it
+    assert set(card["intervals"]["clean"]) >= {"acc_pooled", "acc_std"} and len(card["grid"]) == 50
     assert card["complete"] is True and card["missing"] == []
     assert "## Robustness card: aggregator.median" in (tmp_path / "median" / "card.md").read_text()
     # Execute: a plugin's aggregator, from a file outside the repository

@@ -70,7 +70,7 @@ def site(scale: str = "quick", out: str | Path = "site", submissions: str | Path
     ``submissions`` (each rerun in ``work/<entry>``)."""
     check_scale(scale)
     folders = submission_folders(Path(submissions)) if submissions is not None else []
-    out = Path(out)
+    out, work = Path(out), Path(work).resolve()  # the evaluations run in their own folders: absolute paths
     cards, found = builtin_cards(resolve_uri(tracking_uri), scale)
     if not found:
         emit(f"no built-in card at scale {scale} in the store: the table has submissions only (fedarena evaluate "
@@ -82,9 +82,18 @@ def site(scale: str = "quick", out: str | Path = "site", submissions: str | Path
         emit(f"submission {folder.name}: {entry.status}" + (f" ({entry.reason})" if entry.reason else ""))
         entries.append(entry)
     rank_cards([e.card for e in entries if e.card is not None], {r.label for r in builtin_rows()})
-    write_site(out, entries, scale)
+    write_site(out, sorted(entries, key=leaderboard_order), scale)
     emit(f"site of scale {scale} (battery version {battery_version()}): {len(entries)} entries -> {out / scale}")
     return SiteSummary(out, entries, found)
+
+
+def leaderboard_order(entry: Entry) -> tuple:
+    """The table's first order, as RobustBench's: the worst case at 20% of attackers, best first (then the clean
+    accuracy); entries without one after those with one, rejected ones last; the entry's name breaks ties."""
+    card = entry.card
+    worst = card.worst.get("0.2", {}).get("acc") if card is not None else None
+    clean = card.clean_acc if card is not None and card.clean_acc is not None else -1.0
+    return (card is None, worst is None, -(worst or 0.0), -clean, entry.slug)
 
 
 def check_scale(scale: str) -> None:
@@ -110,17 +119,22 @@ def submission_entry(folder: Path, scale: str, work: Path, limits: Limits) -> En
         submission = read_submission(folder)
     except SubmissionError as err:
         return _rejected(folder, str(err))
+    except Exception as err:  # noqa: BLE001 - untrusted input: a rejection with its reason, never a failed build
+        return _rejected(folder, f"could not be read ({type(err).__name__}: {' '.join(str(err).split())[:200]})")
     entry = Entry(submission.slug, REJECTED, None, name=submission.name, authors=submission.authors,
                   paper=submission.paper, claims=submission.claims, component=f"{submission.kind}.{submission.component}",
                   settings=dict(submission.settings), reproduce=shown_command(submission, scale))
     try:
         check_before_running(submission, scale)
         card = rerun(submission, scale, work / submission.slug, limits)
+        entry.differing = differing_cells(submission.card, card)
     except SubmissionError as err:
         entry.reason = _relative(str(err), folder, work / submission.slug)
         return entry
+    except Exception as err:  # noqa: BLE001 - untrusted input: a rejection with its reason, never a failed build
+        entry.reason = f"could not be checked ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+        return entry
     entry.card = card
-    entry.differing = differing_cells(submission.card, card)
     entry.status = UNVERIFIED if entry.differing else VERIFIED
     return entry
 
@@ -211,7 +225,7 @@ def verify(folder: str | Path, scale: str | None = None, limits: Limits = DEFAUL
             scale = "quick"
     check_scale(scale)
     with tempfile.TemporaryDirectory(prefix="fedarena-verify-") as tmp:
-        entry = submission_entry(folder, scale, Path(tmp), limits)
+        entry = submission_entry(folder, scale, Path(tmp).resolve(), limits)
     emit(f"{folder.name}: {entry.status}" + (f" ({entry.reason})" if entry.reason else ""))
     for cell in entry.differing:
         span = cell["interval"]

@@ -8,16 +8,17 @@ from fedarena.bench.commands import _number
 from fedarena.config import SCALES, folder_arg
 
 OUT = folder_arg("give a folder for the site")
+WORK = folder_arg("give a folder for the submissions' own stores")
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("site", help="the robustness leaderboard as a static site (cards and verified submissions)")
     p.add_argument("--scale", choices=SCALES, help="the battery's scale (default quick; --verify: the card's)")
-    p.add_argument("--out", type=OUT, default=Path("site"), help="folder of the site (default ./site)")
+    p.add_argument("--out", type=OUT, default="site", help="folder of the site (default ./site)")
     p.add_argument("--submissions", type=Path, help="a folder holding one folder per submission")
     p.add_argument("--verify", type=Path, metavar="SUBMISSION", help="rerun one submission on a fresh store and "
                                                                     "say whether its card is reproduced")
-    p.add_argument("--work", type=Path, default=Path("site_submissions"),
+    p.add_argument("--work", type=WORK, default="site_submissions",
                    help="where each submission's own store lives (kept: a rebuild reuses its runs)")
     p.add_argument("--time-limit", type=_number(float, 1), default=7200.0, metavar="SECONDS",
                    help="one submission's evaluation, at most (default 7200)")

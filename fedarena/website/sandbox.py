@@ -1,10 +1,12 @@
 """A submission's code runs in processes of its own, under a time and a memory limit.
 
 The command starts in a new session (its own process group); every process it starts (Ray's raylet, GCS and
-workers among them) is its descendant. Every half second the resident memory of all of them is added up; past
-the memory limit, or past the time limit, the whole tree is killed and the outcome says which limit it hit. The
-command gets its own working folder and an environment without the site builder's store, Ray cluster or
-plugins, so what it writes is its own runs (``build``: a store per submission). This is process isolation
+workers among them) is its descendant. Every half second the memory of all of them is added up (proportional set
+size: a library mapped by many processes counts once); past the memory limit, or past the time limit, the whole
+tree is killed and the outcome says which limit it hit; so is it when the builder itself is interrupted. The
+command gets its own working folder and an environment without the site builder's store, Ray cluster or plugins,
+with a Ray temporary folder of its own (a local ``ray start`` cluster is not joined), so what it writes is its own
+runs (``build``: a store per submission). This is process isolation
 with resource limits, not a security boundary: run ``fedarena site`` on submissions as an unprivileged user, or
 in a container, when their authors are not trusted with that user's files.
 """
@@ -12,8 +14,10 @@ in a container, when their authors are not trusted with that user's files.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +40,18 @@ class Outcome:
 
 def run_limited(command: list[str], cwd: Path, log: Path, *, seconds: float, memory_mib: int) -> Outcome:
     """Run ``command`` in ``cwd`` (its output to ``log``) until it exits or reaches a limit."""
-    env = {k: v for k, v in os.environ.items() if k not in STRIPPED}
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        limit = _watch(process, seconds, memory_mib)
+    ray_tmp = tempfile.mkdtemp(prefix="fa-ray-")  # short: Ray's socket paths must fit in 107 characters
+    env = {k: v for k, v in os.environ.items() if k not in STRIPPED} | {"RAY_TMPDIR": ray_tmp}
+    try:
+        with open(log, "wb") as out:
+            process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                limit = _watch(process, seconds, memory_mib)
+            finally:
+                _kill_group(process)  # what it left behind, or all of it when the builder is interrupted
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     return Outcome(None if limit else process.returncode, limit, _tail(log))
 
 
@@ -49,26 +60,31 @@ def _watch(process: subprocess.Popen, seconds: float, memory_mib: int) -> str:
     while process.poll() is None:
         tree = descendants(process.pid)
         if time.monotonic() > deadline:
-            _kill(process, tree)
+            _kill_tree(process, tree)
             return f"time limit of {seconds:g} s"
-        if resident_mib(tree) > memory_mib:
-            _kill(process, tree)
+        if memory_mib_of(tree) > memory_mib:
+            _kill_tree(process, tree)
             return f"memory limit of {memory_mib} MiB"
         time.sleep(POLL)
-    _kill(process, descendants(process.pid))  # what it left behind (a Ray daemon outliving its driver)
     return ""
 
 
-def _kill(process: subprocess.Popen, tree: set[int]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is gone already
+def _kill_tree(process: subprocess.Popen, tree: set[int]) -> None:
+    """Kill ``tree`` (looked at while its root still ran, so no pid in it is reused yet) and the group."""
     for pid in tree:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass  # exited between the look and the kill
+    _kill_group(process)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill the command's process group (a pgid is not reused while a member lives) and reap the command."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # no member left
     process.wait()
 
 
@@ -99,15 +115,20 @@ def descendants(root: int) -> set[int]:
     return found
 
 
-def resident_mib(pids: set[int]) -> float:
-    """The resident memory of ``pids`` together, in MiB."""
-    total = 0
+def memory_mib_of(pids: set[int]) -> float:
+    """The memory of ``pids`` together, in MiB: each one's proportional set size (its share of shared pages),
+    or its resident set where the kernel gives no PSS."""
+    total = 0.0
     for pid in pids:
         try:
-            total += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # exited while counted
-    return total * PAGE / 2**20
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            total += next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")) / 1024
+        except (OSError, StopIteration, ValueError, IndexError):
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE / 2**20
+            except (OSError, IndexError, ValueError):
+                continue  # exited while counted
+    return total
 
 
 def _tail(log: Path, lines: int = 20) -> str:

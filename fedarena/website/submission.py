@@ -18,6 +18,7 @@ line (``SubmissionError``), and the site lists the submission as rejected with i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -28,12 +29,16 @@ from urllib.parse import urlparse
 import yaml
 
 from fedarena.battery.card import check_claim
+from fedarena.config import parse_value
 from fedarena.errors import ConfigError
 
 FILE, CARD = "submission.yaml", "card.json"
 KEYS = ("name", "component", "settings", "authors", "paper", "claims", "plugin")
 REQUIRED = ("name", "component")
 MAX_TEXT = 300  # characters of a name, an author or a link
+MAX_FILE = 64 * 1024  # bytes of submission.yaml
+MAX_CARD = 16 * 2**20  # bytes of card.json
+SETTING = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")  # a hyperparameter's name, as --set takes it
 SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -56,8 +61,15 @@ class Submission:
 
     @property
     def slug(self) -> str:
-        """The entry's file name: the folder's name, in safe characters."""
-        return "submission-" + (SLUG.sub("_", self.folder.name).strip("._") or "unnamed")
+        return slug_of(self.folder)
+
+
+def slug_of(folder: Path) -> str:
+    """The entry's file name: the folder's name in safe characters, with a digest of the name where it has others
+    (two folder names never share a slug, nor a work folder)."""
+    safe = SLUG.sub("_", folder.name).strip("._") or "unnamed"
+    digest = "" if safe == folder.name else "-" + hashlib.sha256(folder.name.encode()).hexdigest()[:8]
+    return f"submission-{safe}{digest}"
 
 
 def submission_folders(root: Path) -> list[Path]:
@@ -70,33 +82,66 @@ def submission_folders(root: Path) -> list[Path]:
 def read_submission(folder: Path) -> Submission:
     """The submission in ``folder``, checked (a SubmissionError naming what is wrong otherwise)."""
     data = _yaml(folder / FILE)
-    unknown = sorted(set(data) - set(KEYS))
+    unknown = sorted(map(str, set(data) - set(KEYS)))
     if unknown:
-        raise SubmissionError(f"{FILE}: unknown key(s) {', '.join(map(str, unknown))}; allowed: {', '.join(KEYS)}")
+        raise SubmissionError(f"{FILE}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise SubmissionError(f"{FILE}: missing {', '.join(missing)} (required: {', '.join(REQUIRED)})")
     kind, _, name = _text(data["component"], "component").partition(".")
     if kind not in ("aggregator", "method") or not name:
         raise SubmissionError(f"{FILE}: component is aggregator.NAME or method.NAME, got {data['component']!r}")
-    settings = data.get("settings") or {}
-    if not isinstance(settings, dict) or not all(isinstance(k, str) for k in settings):
-        raise SubmissionError(f"{FILE}: settings is a mapping of hyperparameter names to values")
-    claims = check_claim(data["claims"], f"{FILE}: claims") if data.get("claims") is not None else {}
+    settings = _settings(data.get("settings") or {})
+    try:
+        claims = check_claim(data["claims"], f"{FILE}: claims") if data.get("claims") is not None else {}
+    except ConfigError as err:
+        raise SubmissionError(str(err)) from None
     return Submission(folder, _text(data["name"], "name"), kind, name, settings, _authors(data.get("authors")),
                       _paper(data.get("paper")), claims, _plugin(folder, data.get("plugin")), _card(folder / CARD))
 
 
 def _yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = _small(path, MAX_FILE).decode("utf-8")
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise SubmissionError(f"{FILE} uses a YAML alias (*name): write each value out")
+        data = yaml.safe_load(text)
     except OSError:
         raise SubmissionError(f"no {FILE} in the folder (name, component, settings, authors, paper, claims)") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
         raise SubmissionError(f"{FILE} is not YAML ({' '.join(str(err).split())[:200]})") from None
     if not isinstance(data, dict):
         raise SubmissionError(f"{FILE} holds a mapping (name, component, ...), not {type(data).__name__}")
     return data
+
+
+def _small(path: Path, limit: int) -> bytes:
+    """A file's bytes, refused past ``limit``."""
+    if path.stat().st_size > limit:
+        raise SubmissionError(f"{path.name} is larger than {limit // 1024} KiB")
+    return path.read_bytes()
+
+
+def _settings(value: Any) -> dict:
+    """Hyperparameters that ``fedarena evaluate --set NAME=VALUE`` carries unchanged (names and JSON values)."""
+    if not isinstance(value, dict):
+        raise SubmissionError(f"{FILE}: settings is a mapping of hyperparameter names to values")
+    for key, item in value.items():
+        if not isinstance(key, str) or not SETTING.fullmatch(key):
+            raise SubmissionError(f"{FILE}: setting name {str(key)[:40]!r} is not a name (letters, digits, _ and .)")
+        try:
+            same = parse_value(setting_text(item)) == item
+        except (TypeError, ValueError, RecursionError):
+            same = False
+        if not same:
+            raise SubmissionError(f"{FILE}: setting {key} is not a plain value (a number, text, true/false or a list "
+                                  f"or mapping of them)")
+    return value
+
+
+def setting_text(value: Any) -> str:
+    """A setting's value as ``--set NAME=VALUE`` carries it (JSON, which the command reads back as YAML)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
 def _text(value: Any, key: str) -> str:
@@ -120,7 +165,7 @@ def _paper(value: Any) -> str:
         return ""
     text = _text(value, "paper")
     parsed = urlparse(text)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    if not text.startswith(("http://", "https://")) or not parsed.netloc:
         raise SubmissionError(f"{FILE}: paper is an http(s) link, got {text[:80]!r}")
     return text
 
@@ -136,16 +181,18 @@ def _plugin(folder: Path, value: Any) -> Path:
     if len(found) != 1:
         names = ", ".join(p.name for p in found) or "none"
         raise SubmissionError(f"{FILE}: name the plugin (plugin: FILE.py or PACKAGE); the folder holds {names}")
+    if folder.resolve() not in found[0].resolve().parents:
+        raise SubmissionError(f"the plugin {found[0].name} links outside the submission's folder")
     return found[0].resolve()
 
 
 def _card(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_small(path, MAX_CARD).decode("utf-8"))
     except OSError:
         raise SubmissionError(f"no {CARD} in the folder (the card `fedarena evaluate --out DIR` wrote)") from None
-    except ValueError as err:
-        raise SubmissionError(f"{CARD} is not JSON ({err})") from None
+    except (ValueError, RecursionError) as err:
+        raise SubmissionError(f"{CARD} is not JSON ({' '.join(str(err).split())[:200]})") from None
     if not isinstance(data, dict) or not {"component", "battery_version", "scale"} <= set(data):
         raise SubmissionError(f"{CARD} is not a card (component, battery_version, scale, ... as fedarena evaluate "
                               f"writes it)")
@@ -156,10 +203,8 @@ def metadata(folder: Path) -> dict[str, Any]:
     """What a rejected submission's page may still show: its name and authors where its file gives them (as
     data; the page escapes them)."""
     try:
-        data = yaml.safe_load((folder / FILE).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
-        return {}
-    if not isinstance(data, dict):
+        data = _yaml(folder / FILE)
+    except SubmissionError:
         return {}
     out = {}
     if isinstance(data.get("name"), str):

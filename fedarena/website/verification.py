@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from fedarena.battery.card import Card
 from fedarena.battery.definition import version as battery_version
 from fedarena.battery.spread import METRICS, within
 from fedarena.website.sandbox import run_limited
-from fedarena.website.submission import Submission, SubmissionError
+from fedarena.website.submission import Submission, SubmissionError, setting_text
 
 VERIFIED, UNVERIFIED, REJECTED, BUILT_IN = "verified", "unverified", "rejected", "built-in"
 
@@ -45,16 +46,18 @@ def command(submission: Submission, scale: str, work: Path, num_cpus: int | None
             "--include", str(submission.plugin), "--scale", scale, "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}",
             "--storage", str(work / "ray_results"), "--out", str(work / "card")]
     for key, value in sorted(submission.settings.items()):
-        args += ["--set", f"{key}={json.dumps(value)}"]
+        args += ["--set", f"{key}={setting_text(value)}"]
     return args + (["--num-cpus", str(num_cpus)] if num_cpus else [])
 
 
 def shown_command(submission: Submission, scale: str) -> str:
-    """What a reader runs to measure the submission's card (the plugin as the submission's folder names it)."""
-    sets = "".join(f" --set {k}={json.dumps(v)}" for k, v in sorted(submission.settings.items()))
+    """What a reader runs to measure the submission's card (the plugin as the submission's folder names it), each
+    argument quoted for a POSIX shell."""
     plugin = submission.plugin.relative_to(submission.folder.resolve()) if submission.plugin else "PLUGIN"
-    return (f"fedarena evaluate --{submission.kind} {submission.component}{sets} --include {plugin} "
-            f"--scale {scale} --out card/")
+    args = ["fedarena", "evaluate", f"--{submission.kind}", submission.component,
+            *[word for k, v in sorted(submission.settings.items()) for word in ("--set", f"{k}={setting_text(v)}")],
+            "--include", str(plugin), "--scale", scale, "--out", "card/"]
+    return shlex.join(args)
 
 
 def check_before_running(submission: Submission, scale: str) -> None:
@@ -98,13 +101,13 @@ def _reason(output: str) -> str:
 def differing_cells(submitted: dict, measured: Card) -> list[dict]:
     """Each cell of the submitted card outside the rerun's interval: {cell, submitted, measured, interval}."""
     out = []
-    settings = submitted.get("settings") or {}
+    settings = _mapping(submitted.get("settings"))
     for key in sorted(set(measured.settings) - set(settings)):
         out.append({"cell": key, "submitted": None, "measured": None, "interval": None,
                     "why": "absent from the submitted card"})
     for key in sorted(settings):
         for metric in METRICS:
-            value = (settings.get(key) or {}).get(metric)
+            value = _mapping(settings.get(key)).get(metric)
             reference = measured.settings.get(key, {}).get(metric)
             cell = _compare(f"{key} {metric}", value, reference, measured.intervals.get(key, {}).get(metric))
             if cell:
@@ -112,14 +115,19 @@ def differing_cells(submitted: dict, measured: Card) -> list[dict]:
     clean = _compare("clean_acc", submitted.get("clean_acc"), measured.clean_acc,
                      measured.intervals.get("clean", {}).get("acc_pooled"))
     out += [clean] if clean else []
-    for level, entry in sorted((submitted.get("worst") or {}).items()):
+    worst = _mapping(submitted.get("worst"))
+    for level in sorted(set(measured.worst) - set(worst)):
+        if "acc" in measured.worst[level]:
+            out.append({"cell": f"worst@{level}", "submitted": None, "measured": measured.worst[level]["acc"],
+                        "interval": None, "why": "absent from the submitted card"})
+    for level, entry in sorted(worst.items()):
         ours = measured.worst.get(level, {})
         setting = f"{ours.get('attack')}@{float(level):g}" if "acc" in ours else ""
         for metric, key in (("acc", "acc_pooled"), ("acc_worst10", "acc_worst10")):
-            cell = _compare(f"worst@{level} {metric}", (entry or {}).get(metric), ours.get(metric),
+            cell = _compare(f"worst@{level} {metric}", _mapping(entry).get(metric), ours.get(metric),
                             measured.intervals.get(setting, {}).get(key))
             out += [cell] if cell else []
-    asr = submitted.get("worst_asr") or {}
+    asr = _mapping(submitted.get("worst_asr"))
     if asr or measured.worst_asr:
         setting = measured.worst_asr.get("attack", "")
         cell = _compare("worst_asr", asr.get("asr"), measured.worst_asr.get("asr"),
@@ -142,7 +150,16 @@ def _compare(name: str, value, reference, interval) -> dict | None:
             ("absent from the submitted card" if given is None else "outside the rerun's interval")}
 
 
+def _mapping(value) -> dict:
+    """A part of a submitted card as a mapping (anything else in its place: nothing submitted there)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        return None
+    return number if math.isfinite(number) else None
