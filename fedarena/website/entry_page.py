@@ -7,6 +7,7 @@ from __future__ import annotations
 from fedarena.website.chart import level_chart
 from fedarena.website.entries import Entry
 from fedarena.website.pages import esc, fmt, link, page, status_badge, yes_no
+from fedarena.website.submission import setting_text
 
 
 def entry_html(entry: Entry, scale: str, root: str) -> str:
@@ -49,11 +50,18 @@ def _facts(entry: Entry) -> str:
             ("clean accuracy", f"{fmt(card.clean_acc)} {_span(card.intervals.get('clean', {}).get('acc_pooled'))}"),
             ("worst attack success rate", f"{fmt(card.worst_asr.get('asr'))} ({card.worst_asr.get('attack', '–')})"),
             ("complete", "yes" if card.complete else f"no: {len(card.missing)} of the battery's trials missing"),
-            ("values", card.tuning or "the component's defaults" + (f" with {entry.settings}" if entry.settings else ""))]
+            ("values", card.tuning or _values(entry.settings))]
     if card.unranked:
         rows.append(("rank", f"not ranked: {card.unranked}"))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts">{body}</table>'
+
+
+def _values(settings: dict) -> str:
+    """The hyperparameters it ran with: its settings as ``--set`` gives them, else its defaults."""
+    if not settings:
+        return "the component's defaults"
+    return ", ".join(f"{key}={setting_text(value)}" for key, value in sorted(settings.items())) + " (others at defaults)"
 
 
 def _span(interval) -> str:
