@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "run": "fedarena.api", "benchmark": "fedarena.api", "runs": "fedarena.api", "leaderboard": "fedarena.api",
     "RunResult": "fedarena.api", "load_plugins": "fedarena.api", "evaluate": "fedarena.api",
-    "tune": "fedarena.api", "site": "fedarena.website.build",
+    "tune": "fedarena.api", "site": "fedarena.website.publish",
     "log_uniform": "fedarena.search_space", "uniform": "fedarena.search_space", "choice": "fedarena.search_space",
     "aggregator": "fedarena.methods.aggregators.base", "pre_aggregator": "fedarena.methods.aggregators.base",
     "check_common": "fedarena.methods.aggregators.base", "check_updates": "fedarena.methods.aggregators.base",

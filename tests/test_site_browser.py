@@ -2,7 +2,7 @@
 without console errors, a column header sorts the rows, the filters hide rows, every link resolves, an entry page
 shows its grid, and a submission's hostile name and authors show as text without running.
 
-The site here is written from hand-made cards (``build.write_site``), so these tests cost seconds; the cards'
+The site here is written from hand-made cards (``publish.write_site``), so these tests cost seconds; the cards'
 numbers are tested end to end in ``test_site_submissions``. Without a browser they skip, except where
 ``FEDARENA_REQUIRE_BROWSER=1`` (``.ci/run`` installs the browser and sets it): there a skip would hide them, so
 they fail.
@@ -18,8 +18,8 @@ import pytest
 
 from fedarena.battery.card import card_of, rank_cards
 from fedarena.battery.spread import grid, intervals
-from fedarena.website.build import write_site
 from fedarena.website.entries import Entry, builtin_entry
+from fedarena.website.publish import write_site
 
 pytestmark = pytest.mark.integration  # a browser process
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import fedarena
-from fedarena.website import build
+from fedarena.website import publish
 from fedarena.website.entries import schema
 from fedarena.website.verification import Limits
 
@@ -144,8 +144,8 @@ def test_a_second_build_under_a_new_battery_version_archives_the_old_pages(built
     root = built[0]
     site = tmp_path / "site"
     shutil.copytree(root / "site", site)
-    monkeypatch.setattr(build, "battery_version", lambda: 6)
-    build.write_site(site, [], "smoke")
+    monkeypatch.setattr(publish, "battery_version", lambda: 6)
+    publish.write_site(site, [], "smoke")
     assert (site / "smoke" / "v5" / "index.html").is_file()
     assert (site / "smoke" / "v5" / "entries" / "submission-honest.html").is_file()
     assert json.loads((site / "smoke" / "leaderboard.json").read_text())["battery_version"] == 6

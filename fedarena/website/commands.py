@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 def cmd_site(args) -> int:
     import logging
 
-    from fedarena.website.build import site, verify
+    from fedarena.website.publish import site, verify
     from fedarena.website.verification import VERIFIED, Limits
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)
