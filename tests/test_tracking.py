@@ -130,7 +130,7 @@ def test_identity_tags_follow_the_schema():
                     "cell_hash": "c1", "identity_folds": "true", "suite": "robustness", "scale": "quick",
                     "method_label": "ditto", "dataset_label": "digits", "attack_label": "a1", "level": "0.5",
                     "diverged": "false", "dataset_name": "digits", "git_sha": "abc", "fedarena_version": "0.1.0",
-                    "torch_version": "2"}
+                    "torch_version": "2", "runs_under_secure_aggregation": "true", "runs_under_central_dp": "true"}
 
 
 def test_ui_binds_localhost_by_default(tmp_path):
