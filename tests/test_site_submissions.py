@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 import fedarena
+from fedarena import cli
+from fedarena.tracking.reading import read_runs
 from fedarena.website import publish
 from fedarena.website.entries import schema
 from fedarena.website.verification import Limits
@@ -126,6 +128,32 @@ def test_hostile_names_reach_the_pages_as_text(built):
         assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in text or page == "index.html"
     assert "&lt;img src=x onerror=&quot;window.__pwned = 2&quot;&gt;" in (
         root / "site" / "smoke" / "entries" / "submission-honest.html").read_text()
+
+
+def test_the_submissions_wrote_nothing_into_the_sites_store(built):
+    root = built[0]
+    labels = set(read_runs(f"sqlite:///{root}/mlflow.db", "battery")["method_label"])
+    assert labels == {"aggregator.median", "aggregator.mean"}  # each submission's runs are in its own store
+    assert (root / "work" / "submission-honest" / "mlflow.db").is_file()
+
+
+BREAKS_ITS_CONTRACT = """
+from fedarena import aggregator
+
+
+@aggregator("shrunk_mean")
+def shrunk_mean(updates, *, weights, losses, f, factor: float = 0.5):
+    return updates[:, :1]  # not a vector of the updates' dimension
+"""
+
+
+def test_verify_reruns_one_submission_and_says_why_it_is_rejected(tmp_path, capsys):
+    card = {"component": "aggregator.shrunk_mean+factor0.8", "battery_version": 5, "scale": "smoke"}
+    submission(tmp_path / "contract", card, name="Contract", plugin=BREAKS_ITS_CONTRACT)
+    assert cli.main(["site", "--verify", str(tmp_path / "contract")]) == 1  # its scale read from its card
+    out = capsys.readouterr().out
+    assert out.startswith("contract: rejected (fedarena evaluate failed (exit 2): plugin shrunk.py: aggregator ")
+    assert "breaks the aggregator contract" in out
 
 
 def test_a_submission_that_sleeps_forever_is_rejected_at_its_limit(tmp_path):
