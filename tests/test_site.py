@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedarena.battery.card import Card
+from fedarena.battery.card import Card, card_of, rank_cards
 from fedarena.battery.spread import grid, intervals
+from fedarena.website.publish import _undefined_everywhere
 from fedarena.website.sandbox import descendants, run_limited
 from fedarena.website.submission import SubmissionError, read_submission, slug_of
 from fedarena.website.verification import check_before_running, command, differing_cells, shown_command
@@ -172,3 +173,15 @@ def test_slugs_of_distinct_folder_names_never_clash():
 def test_the_reproduce_command_is_quoted_for_a_shell(tmp_path):
     sub = read_submission(folder_with(tmp_path, {**GOOD, "settings": {"beta": "$(touch pwned)"}}, CARD))
     assert "'beta=\"$(touch pwned)\"'" in shown_command(sub, "smoke")
+
+
+def test_a_row_undefined_at_every_level_is_listed_but_not_called_unranked():
+    why = "method 'mocha' is defined for model 'svm'"
+    mocha = card_of(pd.DataFrame(columns=["method_label", "dataset_label"]), "method.mocha", kind="method", battery_version=5,
+                     scale="smoke", levels=[0.1, 0.2], undefined={("a1", 0.1): why, ("a1", 0.2): why}, missing=[])
+    rank_cards([mocha], {"method.mocha"})
+    assert mocha.rank == {"0.1": None, "0.2": None} and mocha.unranked == ""
+    assert _undefined_everywhere(mocha)  # its card is listed on the site, with why
+    unrun = card_of(pd.DataFrame(columns=["method_label", "dataset_label"]), "method.ditto", kind="method", battery_version=5,
+                    scale="smoke", levels=[0.1], missing=[])
+    assert not _undefined_everywhere(unrun)  # nothing run and nothing undefined: not listed

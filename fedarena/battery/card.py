@@ -175,7 +175,7 @@ def rank_cards(cards: list[Card], builtin: set[str]) -> None:
                 continue
             card.rank[level] = 1 + sum(acc > entry["acc"] for acc in peers)
             card.ranked_among[level] = len(peers)
-        if card.complete and not card.ranked_among:
+        if card.complete and not card.ranked_among and any("acc" in e for e in card.worst.values()):
             card.unranked = (f"no other complete built-in {card.kind} card of battery version {card.battery_version} "
                              f"at scale {card.scale} in this store to rank against (fedarena evaluate --builtin "
                              f"--scale {card.scale} computes them)")

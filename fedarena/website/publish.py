@@ -109,8 +109,14 @@ def builtin_cards(uri: str, scale: str) -> tuple[list[Card], bool]:
     except NoRunsError:
         return [], False
     labels = {r.label for r in builtin_rows()}
-    kept = [c for label, c in sorted(cards.items()) if label in labels and c.grid]
+    kept = [c for label, c in sorted(cards.items()) if label in labels and (c.grid or _undefined_everywhere(c))]
     return kept, bool(kept)
+
+
+def _undefined_everywhere(card: Card) -> bool:
+    """A row the battery cannot run at any level, for a stated reason (MOCHA needs its convex model): a card of its
+    own, whatever the store holds."""
+    return card.complete and all("undefined" in e and e["undefined"] != "no run at this level" for e in card.worst.values())
 
 
 def submission_entry(folder: Path, scale: str, work: Path, limits: Limits) -> Entry:
