@@ -65,7 +65,7 @@ def run(module: str) -> dict:
         where = Path(tmp)
         copy_tree(where)
         env = {**os.environ, "PYTHONPATH": str(where), "OMP_NUM_THREADS": "1"}
-        runner = f"{sys.executable} {PYTEST} {' '.join(tests)}"
+        runner = f"{sys.executable} tests/mutants.py --pytest {' '.join(tests)}"  # the copy's own file
         done = mutmut(["run", "--paths-to-mutate", module, "--runner", runner, "--no-progress", "--simple-output"],
                       where, env)
         if done.returncode & 1:
@@ -83,7 +83,17 @@ def run(module: str) -> dict:
             "wall_s": round(time.perf_counter() - started, 1), "diffs": diffs}
 
 
+def run_tests(files: list[str]) -> int:
+    """The mutant's test run: 1 when the tests fail in any way (a failed test, or a mutant that cannot be imported:
+    pytest's exit 2), else 0. mutmut 2 counts only exit 1 as a kill, so an import-breaking mutant would read as
+    surviving."""
+    return 0 if subprocess.call([sys.executable, *PYTEST.split(), *files]) == 0 else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--pytest"]:
+        return run_tests(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("module", help="a module path, e.g. fedarena/privacy/noise.py")
     parser.add_argument("--json", help="also write the result here")

@@ -8,7 +8,7 @@ import pytest
 from fedarena.battery.harness import recorded_privacy
 from fedarena.bench.callback import identity_tags
 from fedarena.leaderboards.server_rules import rule_facts
-from fedarena.privacy.compatibility import CENTRAL_TAG, SECURE_TAG, privacy_tags, runs_under
+from fedarena.privacy.compatibility import CENTRAL_TAG, SECURE_TAG, privacy_tags, read_tag, runs_under
 from fedarena.suites.grid import expand
 from fedarena.suites.parse import load_suite
 
@@ -25,8 +25,21 @@ def test_the_declarations_answer_for_built_in_rows(method, aggregator, secure, c
     assert runs_under(method, aggregator) == {SECURE_TAG: secure, CENTRAL_TAG: central}
 
 
+def test_the_tags_names_are_the_stored_schemas_and_a_section_without_a_rule_is_the_mean():
+    assert (SECURE_TAG, CENTRAL_TAG) == ("runs_under_secure_aggregation", "runs_under_central_dp")  # in old stores
+    assert runs_under({"name": "global"}, {}) == runs_under({"name": "global"}, {"name": "mean"})
+    assert runs_under({"name": "global"}, {}) == {SECURE_TAG: True, CENTRAL_TAG: True}
+
+
+def test_recorded_values_read_back_and_anything_else_is_unknown():
+    assert [read_tag(v) for v in ("true", " FALSE ", True, None, "", "yes", float("nan"))] == [
+        True, False, True, None, None, None, None]
+
+
 def test_an_unregistered_component_is_unknown_not_guessed():
     assert runs_under({"name": "global"}, {"name": "not_registered_here"}) is None
+    assert runs_under({"name": "not_registered_here"}, {"name": "mean"}) is None
+    assert runs_under({}, {"name": "mean"}) is None
     assert privacy_tags({"method": {"name": "global"}, "aggregator": {"name": "not_registered_here"}}) == {}
 
 

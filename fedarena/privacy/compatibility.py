@@ -2,7 +2,7 @@
 and rule declare (``sum_only``, ``sensitivity``, ``device_reads``; ``dp_trial.check_privacy``'s rules on those
 two sections alone, whatever the trial's own privacy section says).
 
-Every benchmark run records the answer as two tags (``TAGS``), so a table, a card or the leaderboard site shows
+Every benchmark run records the answer as two tags (``SECURE_TAG``, ``CENTRAL_TAG``), so a table, a card or the leaderboard site shows
 it for a plugin's row without importing the plugin; a run recorded before the tags existed is answered from
 today's registries where its components are registered here (None otherwise).
 """
@@ -13,27 +13,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.base import AGGREGATORS
 from fedarena.methods.aggregators.builder import aggregator_from
-from fedarena.methods.base import METHODS, method_from
+from fedarena.methods.base import method_from
 from fedarena.privacy.base import PrivacySpec
 from fedarena.privacy.dp_trial import check_privacy
 
 SECURE_TAG, CENTRAL_TAG = "runs_under_secure_aggregation", "runs_under_central_dp"
-TAGS = (SECURE_TAG, CENTRAL_TAG)
 CHECKS = ((SECURE_TAG, PrivacySpec(secure_aggregation=True)), (CENTRAL_TAG, PrivacySpec("central")))
 
 
 def runs_under(method: Mapping[str, Any], aggregator: Mapping[str, Any]) -> dict[str, bool] | None:
     """{SECURE_TAG: bool, CENTRAL_TAG: bool} for a method section and an aggregator section (as a config holds
     them); None where a component is not registered in this process or the sections do not build."""
-    name = method.get("name")
-    rule_name = aggregator.get("name", "mean")
-    if name not in METHODS or rule_name not in AGGREGATORS:
-        return None
-    try:
+    try:  # an unregistered name is an UnknownNameError (a KeyError): not known here
         built = method_from(dict(method))
-        rule = aggregator_from({"name": rule_name, **{k: v for k, v in aggregator.items() if k != "name"}}, f=0) \
+        rule = aggregator_from({**aggregator, "name": aggregator.get("name", "mean")}, f=0) \
             if built.uses_aggregator else None
     except (ConfigError, TypeError, ValueError, KeyError):
         return None
@@ -55,6 +49,5 @@ def privacy_tags(config: Mapping[str, Any]) -> dict[str, str]:
 
 def read_tag(value: Any) -> bool | None:
     """A recorded tag's value as a bool (None: absent or unreadable)."""
-    text = str(value).strip().lower() if value is not None else ""
-    return {"true": True, "false": False}.get(text)
+    return {"true": True, "false": False}.get(str(value).strip().lower())
 
