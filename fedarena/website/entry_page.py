@@ -82,9 +82,8 @@ def _worst(entry: Entry) -> str:
                     f"<td>{_span(card.intervals.get(setting, {}).get('acc_pooled'))}</td><td>{esc(worst['attack'])}</td>"
                     f"<td class=\"num\">{fmt(worst.get('acc_std'))}</td><td class=\"num\">{fmt(worst.get('acc_worst10'))}</td>"
                     f"<td>{esc(rank)}</td></tr>")
-    head = ("<tr><th>level</th><th>worst-case accuracy</th><th>95% interval</th><th>attack</th>"
-            "<th>std across devices</th><th>worst 10% of devices</th><th>rank</th></tr>")
-    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+    return _table(["level", "worst-case accuracy", "95% interval", "attack", "std across devices",
+                   "worst 10% of devices", "rank"], rows)
 
 
 def _grid(entry: Entry) -> str:
@@ -96,9 +95,8 @@ def _grid(entry: Entry) -> str:
         rows.append(f"<tr><td>{esc(cell['setting'])}</td><td>{esc(cell['dataset'])}</td><td>{len(cell['seeds'])}</td>"
                     f"<td class=\"num\">{fmt(cell.get('acc_pooled_mean'))}{ci}</td><td>{esc(seeds)}</td>"
                     f"<td class=\"num\">{asr if cell.get('asr_pooled_mean') is not None else '–'}</td></tr>")
-    head = ("<tr><th>setting</th><th>dataset</th><th>seeds</th><th>accuracy (mean ± 95% half-width)</th>"
-            "<th>per seed</th><th>attack success rate</th></tr>")
-    return f'<table id="grid"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return _table(["setting", "dataset", "seeds", "accuracy (mean ± 95% half-width)", "per seed",
+                   "attack success rate"], rows, "grid")
 
 
 def _claims(entry: Entry) -> str:
@@ -109,14 +107,18 @@ def _claims(entry: Entry) -> str:
         rows.append(f"<tr><td>{esc(row['setting'])}</td><td class=\"num\">{fmt(row['claimed'])}</td>"
                     f"<td class=\"num\">{fmt(row['measured'])}</td><td>{_span(row['interval'])}</td>"
                     f"<td class=\"num\">{diff}</td><td>{inside}</td></tr>")
-    head = ("<tr><th>setting</th><th>claimed</th><th>measured</th><th>95% interval</th><th>measured − claimed</th>"
-            "<th>claim in interval</th></tr>")
-    return f"<table><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+    return _table(["setting", "claimed", "measured", "95% interval", "measured − claimed", "claim in interval"], rows)
 
 
 def _differing(entry: Entry) -> str:
-    rows = "".join(f"<tr><td>{esc(d['cell'])}</td><td class=\"num\">{fmt(d['submitted'])}</td>"
-                   f"<td class=\"num\">{fmt(d['measured'])}</td><td>{_span(d['interval'])}</td><td>{esc(d['why'])}</td></tr>"
-                   for d in entry.differing)
-    head = "<tr><th>cell</th><th>submitted</th><th>rerun</th><th>rerun's 95% interval</th><th>why</th></tr>"
-    return f'<table id="differing"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+    rows = [f"<tr><td>{esc(d['cell'])}</td><td class=\"num\">{fmt(d['submitted'])}</td>"
+            f"<td class=\"num\">{fmt(d['measured'])}</td><td>{_span(d['interval'])}</td><td>{esc(d['why'])}</td></tr>"
+            for d in entry.differing]
+    return _table(["cell", "submitted", "rerun", "rerun's 95% interval", "why"], rows, "differing")
+
+
+def _table(headers: list[str], rows: list[str], table_id: str = "") -> str:
+    """A table of ready rows under ``headers`` (text, escaped here)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
