@@ -103,7 +103,7 @@ def test_kmeans_least_sums_are_those_of_the_best_contiguous_split_for_each_k():
 
 
 def test_the_upper_cluster_is_that_of_the_best_split_ties_to_the_first_in_the_values_order():
-    # {0} | {10, 11, 12}: 2 against 0.5 for {0, 10, 11} | {12}... the optimum keeps 10 with 11 and 12
+    # {0} | {10, 11, 12} costs 2, {0, 10} | {11, 12} 50.5, {0, 10, 11} | {12} 74: 10 goes with 11 and 12
     assert kmeans_1d(torch.tensor([12.0, 0.0, 11.0, 10.0], dtype=F64), 2)[1].tolist() == [True, False, True, True]
     # all equal: every split costs 0, the first is taken and the first value stays below (a stable order, also
     # where an unstable sort would reorder the ties)

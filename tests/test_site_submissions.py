@@ -74,8 +74,10 @@ def built(ray_cluster, tmp_path_factory):
 def test_the_honest_submission_is_verified_the_inflated_unverified_the_broken_rejected(built):
     root, summary, _, _, honest = built
     status = {e.slug: e for e in summary.entries}
-    assert set(status) == {"aggregator.median", "aggregator.mean", "submission-honest", "submission-inflated",
-                           "submission-broken"}
+    # MOCHA too: the battery cannot run it on the MLP at any level, listed with why whatever the store holds
+    assert set(status) == {"aggregator.median", "aggregator.mean", "method.mocha", "submission-honest",
+                           "submission-inflated", "submission-broken"}
+    assert "defined for model 'svm'" in status["method.mocha"].card.worst["0.1"]["undefined"]
     assert status["aggregator.median"].status == "built-in" and status["aggregator.mean"].status == "built-in"
     assert status["submission-honest"].status == "verified" and status["submission-honest"].differing == []
     inflated = status["submission-inflated"]
