@@ -1,6 +1,6 @@
 """Typed experiment config: defaults, strict construction from dicts, ``--set`` overrides, identity hash.
 
-Component sections (dataset, model, method, attack, aggregator, privacy) are ``{"name": ..., **hyperparameters}``;
+Component sections (dataset, model, method, attack, aggregator, privacy, system) are ``{"name": ..., **hyperparameters}``;
 their hyperparameters are checked against the registered component's signature when the config is
 resolved (``fedarena.sections.resolve_config``), so a misspelled key is an error, never ignored.
 """
@@ -23,7 +23,8 @@ import yaml
 
 from fedarena.errors import ConfigError
 
-SECTIONS = ("dataset", "model", "method", "attack", "aggregator", "privacy")
+SECTIONS = ("dataset", "model", "method", "attack", "aggregator", "privacy", "system")
+SYNCHRONOUS = "synchronous"  # the system section's default: every drawn device reports (``fedarena.system``)
 NO_PRIVACY = "none"  # the privacy section's default mechanism (``fedarena.privacy``): no DP, no secure aggregation
 BACKENDS = ("auto", "sequential", "batched")  # auto: models.backends.auto_backend picks one
 SAMPLINGS = ("proportional", "uniform")
@@ -39,6 +40,7 @@ class ExperimentConfig:
     attack: dict = field(default_factory=lambda: {"name": "none", "level": 0.0})
     aggregator: dict = field(default_factory=lambda: {"name": "mean"})
     privacy: dict = field(default_factory=lambda: {"name": NO_PRIVACY})
+    system: dict = field(default_factory=lambda: {"name": SYNCHRONOUS})  # the deployment (``fedarena.system``)
     rounds: int = 50
     clients_per_round: int = 10
     local_steps: int = 2
@@ -103,6 +105,14 @@ class ExperimentConfig:
         """Whether the privacy section is the default (no DP, no secure aggregation): no number changes."""
         return self.privacy.get("name") == NO_PRIVACY and not self.privacy.get("secure_aggregation", False)
 
+    def system_is_default(self) -> bool:
+        """Whether the system section is the lab's synchronous rounds (every drawn device reports): no number
+        changes, and the section is no part of the trial's identity."""
+        defaults = {"failure_rate": 0.0, "attackers_fail": False, "availability": None, "stragglers": 0.0,
+                    "straggler_policy": "drop", "on_undefined": "skip"}
+        return self.system.get("name") == SYNCHRONOUS and all(
+            self.system.get(key, value) == value for key, value in defaults.items())
+
     def legacy_hash(self, exclude: tuple[str, ...] = ()) -> str:
         """What a previous release recorded as the ``config_hash`` of this resolved config (sha256 of the canonical
         JSON of every key), optionally without some keys: the key of its runs and checkpoints. A trial's
@@ -110,6 +120,8 @@ class ExperimentConfig:
         items = {k: v for k, v in self.flat().items() if k not in exclude}
         if self.privacy_is_default():  # the section came later: at its default, hashes stay as they were
             items = {k: v for k, v in items.items() if not k.startswith("privacy.")}
+        if self.system_is_default():  # so did this one
+            items = {k: v for k, v in items.items() if not k.startswith("system.")}
         blob = json.dumps(items, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

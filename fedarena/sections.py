@@ -27,6 +27,7 @@ from fedarena.models.zoo import AUTO, MODEL_SECTION
 from fedarena.params import SectionKind
 from fedarena.privacy.base import PRIVACY_SECTION, privacy_from
 from fedarena.privacy.dp_trial import check_privacy
+from fedarena.system.base import SYSTEM_SECTION
 
 KINDS: dict[str, SectionKind] = {
     "dataset": DATASET_SECTION,
@@ -35,6 +36,7 @@ KINDS: dict[str, SectionKind] = {
     "attack": ATTACK_SECTION,
     "aggregator": AGGREGATOR_SECTION,
     "privacy": PRIVACY_SECTION,
+    "system": SYSTEM_SECTION,
 }
 
 

@@ -111,10 +111,15 @@ def trial_identity(cfg: ExperimentConfig) -> Identity:
     values = _top_level_values(cfg)
     folded = {key: values.pop(key) for key in FOLDED if key in values and _folds(cfg, key)}
     for section in SECTIONS:
-        if section == "privacy" and cfg.privacy_is_default():  # added later: at its default, no identity changes
+        if _added_later_at_default(cfg, section):
             continue
         values.update({f"{section}.{k}": v for k, v in section_values(cfg, section, facts).items()})
     return Identity(dict(sorted(values.items())), component_versions(cfg), folded)
+
+
+def _added_later_at_default(cfg: ExperimentConfig, section: str) -> bool:
+    """Sections added after the first runs (privacy, system) at their defaults: no identity changes."""
+    return (section == "privacy" and cfg.privacy_is_default()) or (section == "system" and cfg.system_is_default())
 
 
 def _folds(cfg: ResolvedConfig, key: str) -> bool:
@@ -169,7 +174,7 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
     """``"kind/name" -> version`` of every component a resolved config uses, and the engine's."""
     versions: dict[str, int | str] = {ENGINE: ENGINE_VERSION}
     for section, kind in KINDS.items():
-        if section == "privacy" and cfg.privacy_is_default():
+        if _added_later_at_default(cfg, section):
             continue
         name = getattr(cfg, section)["name"]
         versions[f"{section}/{name}"] = kind.registry.version(name)
