@@ -24,6 +24,10 @@ PRIVACY = 14  # differential privacy's noise, per (round, one of the three below
 ADAPT = 15  # an adaptive attack's own draws (A3FL's trigger search), per round
 AUDIT = 16  # a privacy audit's canary directions (key 0) and its bootstrap's resampling (key 1)
 ROUND_INPUT = 17  # a registered round input's own draws (``round_inputs.RoundView.rng``), per (input, round, keys)
+AVAILABILITY = 18  # a deployment's device availability: phases (round 0), then per (round, device) (``fedarena.system``)
+FAILURE = 19  # whether a drawn device fails to report, per (round, device)
+STRAGGLER = 20  # which drawn devices straggle and their local steps, per (round, device)
+LATENCY = 21  # asynchronous aggregation's latencies: device speeds (round 0), each dispatch's jitter (dispatch + 1)
 SERVER_NOISE, DEVICE_NOISE, COUNT_NOISE = 0, 1, 2  # central DP's on the output, local DP's, adaptive clipping's count
 
 

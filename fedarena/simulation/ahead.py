@@ -10,6 +10,7 @@ schedule (finetuning, a client budget) is computed on its own, as before.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,17 +52,22 @@ class RoundsAhead:
     _block: tuple = ()  # the block's plan (index, mask, active) for all its rounds' clients, side by side
     _gathered: tuple | None = None  # the block's minibatches of ``train`` (a ``Batch``'s fields), once gathered
     _round_views: list = field(default_factory=list)  # each round's columns of them, in the block's order
+    # who cannot be drawn in each of some rounds ([rounds, devices] bool, or None: everyone can): a deployment's
+    # availability (``fedarena.system``); a round with fewer available devices than ``per_round`` is not cached
+    unavailable: Callable[[np.ndarray], np.ndarray | None] | None = None
+    _span: range = range(0)  # the rounds of the block
 
     @property
     def rounds(self) -> int:
         """Rounds drawn and planned together: ``PLANS_AHEAD`` clients' plans, within 16 to 64 rounds."""
         return min(MOST_AHEAD, max(FEWEST_AHEAD, PLANS_AHEAD // max(self.per_round, 1)))
 
-    def drawn(self, round_idx: int) -> np.ndarray:
-        """The round's clients in the order drawn (``data.drawn_clients`` without exclusions)."""
-        if round_idx not in self._draws:
+    def drawn(self, round_idx: int) -> np.ndarray | None:
+        """The round's clients in the order drawn (``data.drawn_clients`` without exclusions but the unavailable
+        devices); None for a round the block does not hold (fewer devices available than drawn)."""
+        if round_idx not in self._span:
             self._fill(round_idx)
-        return self._draws[round_idx]
+        return self._draws.get(round_idx)
 
     def plan(self, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
         """``round_plan(pool, group, steps, epochs, ...)`` for the round: a view of the block's where it holds the
@@ -123,7 +129,15 @@ class RoundsAhead:
     def _fill(self, first: int) -> None:
         """Draw and plan rounds ``first`` .. ``first + self.rounds - 1``, forgetting the earlier ones."""
         rounds = np.arange(first, first + self.rounds)
-        draws = drawn_clients_of_rounds(self.seed, self.sampling, self.train.sizes, self.per_round, rounds)
+        away = None if self.unavailable is None else self.unavailable(rounds)
+        draws = drawn_clients_of_rounds(self.seed, self.sampling, self.train.sizes, self.per_round, rounds, away)
+        if away is not None:  # the rounds where enough devices are available; the others are drawn on their own
+            enough = (~away).sum(1) >= min(self.per_round, len(self.train.sizes))
+            rounds, draws = rounds[enough], draws[enough]
+        self._span = range(first, first + self.rounds)
+        if not len(rounds):
+            self._draws, self._rounds, self._block, self._gathered, self._round_views = {}, {}, (), None, []
+            return
         ids = np.sort(draws, axis=1)
         self._block = round_plan(self.train, ids.reshape(-1), self.steps, self.epochs, self.batch_size, self.seed,
                                  np.repeat(rounds, ids.shape[1]))

@@ -38,10 +38,14 @@ def drawn_clients(seed: int, sampling: str, sizes: np.ndarray, per_round: int, r
 
 
 def drawn_clients_of_rounds(seed: int, sampling: str, sizes: np.ndarray, per_round: int,
-                            rounds: np.ndarray) -> np.ndarray:
-    """[len(rounds), per_round]: ``drawn_clients`` of several rounds (no exclusions) in one pass, row r equal to
-    round ``rounds[r]``'s draw."""
-    return _first_to_arrive(_arrivals(seed, sampling, sizes, np.asarray(rounds)), min(per_round, len(sizes)))
+                            rounds: np.ndarray, excluded: np.ndarray | None = None) -> np.ndarray:
+    """[len(rounds), per_round]: ``drawn_clients`` of several rounds in one pass, row r equal to round ``rounds[r]``'s
+    draw; ``excluded`` [len(rounds), clients] bool: who never arrives in each round (a row with fewer others than
+    ``per_round`` is not that round's draw: the caller leaves it out)."""
+    arrival = _arrivals(seed, sampling, sizes, np.asarray(rounds))
+    if excluded is not None:
+        arrival[excluded] = np.inf
+    return _first_to_arrive(arrival, min(per_round, len(sizes)))
 
 
 def _arrivals(seed: int, sampling: str, sizes: np.ndarray, rounds: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.round_inputs import computed_inputs
 from fedarena.round_stages import StageView
 from fedarena.simulation.costs import CostMeter
-from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
+from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, plan_schedule, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
 from fedarena.simulation.properties import run_properties
@@ -89,6 +89,7 @@ class SimState:
 
 RUN_KEYS = ("round", "w", "clients", "diverged_at", "history")  # a checkpoint's keys besides the parts
 SERVER, ATTACK_STATE = "server", "attack"  # the parts the contracts name: ``RoundDraw.server``, ``Effect.adapt``
+SYSTEM = "system"  # a deployment's (``fedarena.system``): rounds skipped, asynchronous aggregation's updates in flight
 
 
 def initial_state(trial: Trial) -> SimState:
@@ -101,10 +102,23 @@ def draw_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np
     the clients in the order drawn, never one the server rule removed (``server[EXCLUDED]``)."""
     cfg = trial.cfg
     excluded = None if server is None or EXCLUDED not in server else server[EXCLUDED].cpu().numpy()
-    if excluded is None and trial.ahead is not None:  # the same draw, computed with the next rounds' (a cache)
-        return trial.ahead.drawn(round_idx).copy()
-    return drawn_clients(cfg.seed, cfg.sampling, trial.population_sizes(), cfg.clients_per_round, round_idx,
-                         excluded)
+    cached = trial.ahead.drawn(round_idx) if excluded is None and trial.ahead is not None else None
+    if cached is not None:  # the same draw, computed with the next rounds' (a cache)
+        return cached.copy()
+    sizes = trial.population_sizes()
+    excluded = unavailable_or(trial.participation.unavailable(np.array([round_idx])), excluded, len(sizes))
+    if excluded is not None and excluded.all():  # nobody can be drawn (availability): an empty round
+        return np.zeros(0, dtype=np.int64)
+    return drawn_clients(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, round_idx, excluded)
+
+
+def unavailable_or(away: np.ndarray | None, excluded: np.ndarray | None, population: int) -> np.ndarray | None:
+    """Who cannot be drawn: the devices unavailable in the round (``away`` [1, devices]) or removed by the rule."""
+    if away is None:
+        return excluded
+    mask = np.zeros(population, dtype=bool)
+    mask[: away.shape[1]] = away[0]
+    return mask if excluded is None else mask | excluded
 
 
 def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
@@ -160,15 +174,26 @@ def _round_data(trial: Trial, ids: np.ndarray, round_idx: int, attack: dict | No
                                           torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
 
 
-def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int):
-    """Local training of one group of clients (all selected ones when batched): (updates [n, d], clients)."""
+def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, group: np.ndarray, round_idx: int,
+                budget: np.ndarray | None = None):
+    """Local training of one group of clients (all selected ones when batched): (updates [n, d], clients).
+    ``budget`` [n]: client j runs only its first ``budget[j]`` steps (a straggler's, ``fedarena.system``)."""
     cfg, method = trial.cfg, trial.method
     if method.trains_plain_sgd and trial.backend.fuses_local_sgd(tuple(pool.x.shape[1:]), w.device):
-        every = _batches(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs)
+        every = _within_budget(_batches(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs), budget)
         return trial.backend.local_sgd(w, every, cfg.lr), clients  # the numbers of the stepped loop, fused
     local, ids = _local_loop(trial, w, clients, pool, group, round_idx, cfg.local_steps, cfg.local_epochs,
-                             method.local_init, method.local_step)
+                             method.local_init, method.local_step, budget)
     return method.local_result(local, w, clients, ids)
+
+
+def _within_budget(every, budget: np.ndarray | None):
+    """The round's minibatches with each client's steps past its budget inactive (a step of rate 0)."""
+    if budget is None:
+        return every
+    step_no = torch.arange(every.active.shape[0], device=every.active.device)[:, None]
+    within = step_no < torch.as_tensor(budget, device=every.active.device)
+    return replace(every, active=every.active * within)
 
 
 def _plan(trial: Trial, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
@@ -273,9 +298,19 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     rows = torch.as_tensor(ids, device=trial.device)
     saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
+    budget = _budgets(trial, pool, ids, t)
     for group in trial.backend.groups(ids) if len(ids) else ():  # a round may draw only an audit's canaries
-        upd, clients = train_group(trial, state.w, clients, pool, group, t)
+        upd, clients = train_group(trial, state.w, clients, pool, group, t, _of_group(budget, ids, group))
         updates.append(upd)
+    stacked, trained = _stacked(state.w, updates), rows
+    reporting = trial.participation.reporting(ids, t)  # who fails to report (None: every drawn device reports)
+    if reporting is not None:  # the rounds of a deployment (``fedarena.system``): only the reports go on
+        senders = ids = ids[reporting]
+        drawn = drawn[np.isin(drawn, ids)]
+        keep = torch.as_tensor(reporting, device=stacked.device)
+        stacked, rows = stacked[keep], rows[keep.to(rows.device)]
+    if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(senders)):
+        return _skipped(state, clients, attack)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
     who = rows if len(senders) == len(ids) else torch.as_tensor(senders, device=trial.device)
     info = ServerInfo(trial.weights[who], losses, who, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
@@ -284,21 +319,43 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
         aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
     view = StageView(trial, t, senders, aggregate, info.weights, info.losses, server)
-    stacked = _stacked(state.w, updates)
     for stage in trial.pipeline.device:  # what the devices send: canaries join, local DP, tampering
         stacked = stage(stacked, view)
     rule = aggregate
     for stage in trial.pipeline.server:  # what the server step calls: central DP
         rule = stage(rule, view)
     w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
-    if not _kept(trial, w_new, clients, rows):  # drop the whole round: global model and the per-client rows it touched
-        _restore(clients, saved, rows)
+    if not _kept(trial, w_new, clients, trained):  # drop the whole round: global model and the per-client rows it touched
+        _restore(clients, saved, trained)
         parts = {**state.parts, ATTACK_STATE: attack}  # the attacker's own state is its, whatever is dropped
         return SimState(t + 1, state.w, clients, state.diverged_at if state.diverged else t, state.history, parts)
     parts = {**state.parts, SERVER: server, ATTACK_STATE: attack}
     for slot, stage in trial.pipeline.after_round:  # what observes the released model (a privacy audit)
         parts[slot] = stage(parts.get(slot, {}), w_new - state.w, view)
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history, parts)
+
+
+def _budgets(trial: Trial, pool: Pooled, ids: np.ndarray, round_idx: int) -> np.ndarray | None:
+    """[len(ids)] local steps each drawn device runs (stragglers fewer), or None: every device its whole plan."""
+    cfg = trial.cfg
+    if trial.participation.spec.stragglers == 0 or not len(ids):
+        return None
+    steps = plan_schedule(pool.sizes[ids], cfg.local_steps, cfg.local_epochs, cfg.batch_size)[3]
+    epoch_steps = _epoch_steps(pool, ids, cfg.batch_size, torch.device("cpu")).numpy()
+    return trial.participation.budgets(ids, round_idx, steps, cfg.local_epochs, epoch_steps)
+
+
+def _of_group(budget: np.ndarray | None, ids: np.ndarray, group: np.ndarray) -> np.ndarray | None:
+    return None if budget is None else budget[np.searchsorted(ids, group)]
+
+
+def _skipped(state: SimState, clients: dict, attack: dict) -> SimState:
+    """A round whose reports are too few for the server rule (``system.on_undefined: skip``): the global model and
+    the server's state stay; the devices keep what they trained; the skip is counted (``SYSTEM`` part)."""
+    part = state.part(SYSTEM)
+    skipped = part.get("skipped", torch.zeros(1, dtype=torch.long)) + 1
+    parts = {**state.parts, ATTACK_STATE: attack, SYSTEM: {**part, "skipped": skipped}}
+    return SimState(state.round + 1, state.w, clients, state.diverged_at, state.history, parts)
 
 
 def _kept(trial: Trial, w_new: torch.Tensor, clients: dict, rows: torch.Tensor) -> bool:
@@ -381,13 +438,15 @@ def _no_phase(name: str):
 
 def simulate(trial: Trial, state: SimState | None = None,
              on_round: Callable[[SimState, dict | None], None] | None = None,
-             meter: CostMeter | None = None) -> tuple[SimState, Counts]:
+             meter: CostMeter | None = None, step: Callable[[Trial, SimState], SimState] | None = None
+             ) -> tuple[SimState, Counts]:
     """Run the remaining rounds; evaluate every ``eval_every`` rounds and after the last one (after the
     method's ``finalize`` phase, if it has one).
 
     ``on_round(state, metrics_or_None)`` is called after every round (progress bars, checkpoints, Ray).
     A diverged run stops (``on_divergence=stop``) or goes on without the non-finite update (``continue``).
-    ``meter`` times the training rounds (``round``) and evaluations (``eval``).
+    ``meter`` times the training rounds (``round``) and evaluations (``eval``). ``step``: what a round is
+    (``run_round``; a server step of asynchronous aggregation: ``buffered.round_step``).
     """
     cfg = trial.cfg
     state = state or initial_state(trial)
@@ -395,7 +454,7 @@ def simulate(trial: Trial, state: SimState | None = None,
     counts = None
     while state.round < cfg.rounds:
         with phase("round"):
-            state = run_round(trial, state)
+            state = (step or run_round)(trial, state)
         stop = state.diverged and cfg.on_divergence == "stop"
         if state.round == cfg.rounds and trial.method.finalize_epochs and not stop:
             with phase("finalize"):

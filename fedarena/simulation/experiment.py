@@ -15,6 +15,7 @@ import torch
 import fedarena
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.costs import CostMeter
+from fedarena.simulation.buffered import round_step
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
 from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table
@@ -75,7 +76,7 @@ def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
         trial = build_trial(cfg)
     meter.device = trial.device
     state = start(trial) if start is not None else None
-    state, counts = simulate(trial, state, on_round=on_round, meter=meter)
+    state, counts = simulate(trial, state, on_round=on_round, meter=meter, step=round_step(trial))
     return {**result_record(trial, state, counts), "cost": meter.summary()}
 
 

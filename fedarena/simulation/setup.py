@@ -36,6 +36,9 @@ from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
 from fedarena.streams import ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
+from fedarena.system.base import system_from
+from fedarena.system.participation import LAB, Participation
+from fedarena.system.requirements import check_asynchronous, check_system_privacy
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class Trial:
     stamp_check: StampCheck | None = None  # the attack's declared trigger bound, checked on what it stamps
     test_stamp_check: StampCheck | None = None  # the same for its success rate's samples
     audit: CanaryAudit | None = None  # a privacy audit's canary clients (ids from the number of devices on)
+    # the deployment's availability, stragglers and failures (``fedarena.system``; LAB: every drawn device reports)
+    participation: Participation = LAB
 
     @property
     def needs_losses(self) -> bool:
@@ -113,12 +118,16 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     audit = canary_audit(cfg, privacy, dataset.num_clients, w0)
     sizes = with_canaries(audit and audit.spec, poisoned.train_sizes())
     weights = aggregation_weights(cfg.sampling, sizes, privacy is not None)
+    spec = system_from(cfg.system)
+    participation = LAB if spec.default else Participation.of(spec, cfg.seed, threat.malicious)
     ahead = None if audit is not None else RoundsAhead(  # its draws are the devices' alone
-        pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size)
+        pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size,
+        unavailable=participation.unavailable if participation.spec.availability else None)
     trial = Trial(cfg, poisoned, model, w0, method, threat, aggregate,
                   make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                   *targeted_pools(threat, dataset, device), privacy=privacy, ahead=ahead, stamp_check=stamp_check,
-                  test_stamp_check=test_stamp_check, audit=audit, pipeline=round_pipeline(aggregate, threat, privacy, audit))
+                  test_stamp_check=test_stamp_check, audit=audit, participation=participation,
+                  pipeline=round_pipeline(aggregate, threat, privacy, audit) + participation_pipeline(participation))
     return with_inputs(trial)
 
 
@@ -132,6 +141,18 @@ def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: Pr
     private, threatening = privacy_pipeline(privacy, audit), threat.pipeline()
     staged = private + threatening + rule
     return replace(staged, evaluation=rule.evaluation + private.evaluation + threatening.evaluation)
+
+
+def participation_pipeline(participation: Participation) -> Pipeline:
+    """A deployment's evaluation metric: the rounds skipped so far (too few reports for the rule)."""
+    if participation.spec.default:
+        return Pipeline()
+    return Pipeline(evaluation=(rounds_skipped,))
+
+
+def rounds_skipped(trial: Trial, state) -> dict[str, float]:
+    skipped = state.parts.get("system", {}).get("skipped")
+    return {"rounds_skipped": 0.0 if skipped is None else float(skipped.sum())}
 
 
 def with_inputs(trial: Trial) -> Trial:
@@ -182,6 +203,9 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
         raise ConfigError(f"aggregator {aggregate.name!r} is defined for {', '.join(aggregate.entry.tasks)} tasks; "
                           f"dataset {dataset.name!r} is a {dataset.task} task")
     check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
+    system = system_from(cfg.system)
+    check_system_privacy(system, spec.private)
+    check_asynchronous(system, aggregate, cfg.clients_per_round, dataset.num_clients)
     sizes = with_canaries(spec.audit, dataset.train_sizes())
     most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds,
                               dataset.num_clients) if spec.local else None

@@ -67,8 +67,10 @@ class SystemSpec:
 
     @property
     def partial_participation(self) -> bool:
-        """Whether fewer devices than drawn may report, or the draw is not the accountant's (DP's refusal)."""
-        return not self.default
+        """Whether fewer devices than drawn may report, or the draw is not the sampling's (DP's refusal); stragglers
+        whose partial work is included still report, each clipped as any other."""
+        return (self.asynchronous or self.failure_rate > 0 or self.availability is not None
+                or (self.stragglers > 0 and self.straggler_policy == "drop"))
 
 
 def _fraction(where: str, key: str, value, *, closed: bool) -> float:

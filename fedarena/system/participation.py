@@ -1,0 +1,141 @@
+"""Who takes part in a synchronous round of a deployment, as pure functions of (seed, round, device): availability
+(who can be drawn), stragglers (who runs fewer local steps, and how many) and failures (who trains but never
+reports). Each draw has its own seed stream (``fedarena.streams``), so adding one never moves another's numbers.
+What each means: docs/semantics.md ("Deployment")."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fedarena.errors import ConfigError
+from fedarena.streams import AVAILABILITY, FAILURE, STRAGGLER, keyed_uniforms
+from fedarena.system.base import Availability, SystemSpec
+from fedarena.system.latency import mean_latencies
+from fedarena.system.requirements import undefined_reason
+
+
+def availability_probability(spec: Availability, phases: np.ndarray, rounds: np.ndarray) -> np.ndarray:
+    """[len(rounds), devices]: ``base + amplitude * sin(2 pi (round / period + phase_k))``, clipped to [0, 1]."""
+    angle = 2 * np.pi * (np.asarray(rounds, dtype=np.float64)[:, None] / spec.period + phases[None, :])
+    return np.clip(spec.base + spec.amplitude * np.sin(angle), 0.0, 1.0)
+
+
+def device_phases(seed: int, devices: int) -> np.ndarray:
+    """[devices]: each device's phase in its daily cycle, uniform in [0, 1) (stream AVAILABILITY, round 0)."""
+    return keyed_uniforms(seed, AVAILABILITY, 0, np.arange(devices), 1)[:, 0]
+
+
+def read_trace(path: str, devices: int) -> np.ndarray:
+    """A ``device,round,available`` CSV as a [rounds, devices] bool table (rounds 0 .. the last listed; a device-round
+    not listed is available); one-line errors naming the file and line."""
+    file = Path(path)
+    try:
+        lines = file.read_text().splitlines()
+    except OSError as err:
+        raise ConfigError(f"system availability csv {path}: cannot read it ({err.strerror or err})") from None
+    rows = list(csv.reader(lines))
+    if not rows or [c.strip() for c in rows[0]] != ["device", "round", "available"]:
+        raise ConfigError(f"system availability csv {path}: the first line must be the header device,round,available")
+    entries = []
+    for number, row in enumerate(rows[1:], start=2):
+        try:
+            device, round_idx, flag = (int(c) for c in row)
+        except ValueError:
+            raise ConfigError(f"system availability csv {path}, line {number}: expected three whole numbers "
+                              f"device,round,available, got {','.join(row)!r}") from None
+        if not 0 <= device < devices or round_idx < 0 or flag not in (0, 1):
+            raise ConfigError(f"system availability csv {path}, line {number}: device must be in [0, {devices}), "
+                              f"round >= 0 and available 0 or 1; got {device},{round_idx},{flag}")
+        entries.append((device, round_idx, flag))
+    if not entries:
+        raise ConfigError(f"system availability csv {path}: no rows after the header")
+    table = np.ones((max(r for _, r, _ in entries) + 1, devices), dtype=bool)
+    for device, round_idx, flag in entries:
+        table[round_idx, device] = bool(flag)
+    return table
+
+
+@dataclass(frozen=True)
+class Participation:
+    """A synchronous deployment's draws for one trial: its spec, seed, number of devices, which are malicious, and
+    the availability trace (a CSV's table: rounds past its last repeat it from round 0, a trace of one day each day)
+    or each device's phase."""
+
+    spec: SystemSpec
+    seed: int
+    malicious: np.ndarray  # [devices] bool
+    trace: np.ndarray | None = None
+    phases: np.ndarray | None = None
+    reasons: dict = field(default_factory=dict, compare=False)  # n -> why the rule is undefined on n rows (a memo)
+    latency_means: np.ndarray | None = None  # asynchronous aggregation: each device's mean latency
+
+    @classmethod
+    def of(cls, spec: SystemSpec, seed: int, malicious: np.ndarray) -> Participation:
+        devices = len(malicious)
+        availability = spec.availability
+        trace = read_trace(availability.csv, devices) if availability and availability.csv else None
+        phases = device_phases(seed, devices) if availability and not availability.csv else None
+        means = mean_latencies(spec, seed, devices) if spec.asynchronous else None
+        return cls(spec, seed, np.asarray(malicious, dtype=bool), trace, phases, latency_means=means)
+
+    def unavailable(self, rounds: np.ndarray) -> np.ndarray | None:
+        """[len(rounds), devices] bool: who cannot be drawn in each round (None: everyone can, always)."""
+        rounds = np.asarray(rounds, dtype=np.int64)
+        if self.trace is not None:
+            return ~self.trace[rounds % self.trace.shape[0]]
+        if self.phases is None:
+            return None
+        devices = len(self.phases)
+        p = availability_probability(self.spec.availability, self.phases, rounds)
+        u = keyed_uniforms(self.seed, AVAILABILITY, np.repeat(rounds + 1, devices), np.tile(np.arange(devices),
+                           len(rounds)), 1)[:, 0].reshape(len(rounds), devices)
+        return u >= p
+
+    def stragglers(self, ids: np.ndarray, round_idx: int) -> np.ndarray:
+        """[len(ids)] bool: round(fraction x the drawn honest devices) of them, those with the lowest keyed uniforms
+        (FedProx's draw of a fixed share each round). Attackers never straggle: they choose their work."""
+        honest = ~self.malicious[ids]
+        count = int(np.floor(self.spec.stragglers * int(honest.sum()) + 0.5))
+        keys = keyed_uniforms(self.seed, STRAGGLER, round_idx, ids, 2)
+        order = np.argsort(np.where(honest, keys[:, 0], np.inf), kind="stable")
+        chosen = np.zeros(len(ids), dtype=bool)
+        chosen[order[:count]] = True
+        return chosen
+
+    def budgets(self, ids: np.ndarray, round_idx: int, steps: np.ndarray, epochs: int, epoch_steps: np.ndarray
+                ) -> np.ndarray | None:
+        """[len(ids)] local steps each drawn device runs (None: all it plans, ``steps``): a straggler runs a number of
+        epochs (or of steps, without epochs) uniform in {1, ..., E}, E its planned epochs (steps)."""
+        if self.spec.stragglers == 0:
+            return None
+        straggles = self.stragglers(ids, round_idx)
+        e = epochs if epochs else steps
+        draw = keyed_uniforms(self.seed, STRAGGLER, round_idx, ids, 2)[:, 1]
+        units = 1 + np.floor(draw * e).astype(np.int64)  # uniform in {1, ..., E}
+        partial = units * epoch_steps if epochs else units
+        return np.where(straggles, np.minimum(partial, steps), steps)
+
+    def undefined(self, rule, n: int) -> bool:
+        """Whether the server rule is undefined on the ``n`` reports of a round (then the round is skipped,
+        ``on_undefined``); never in the lab's synchronous rounds, whose n the trial's set-up checked."""
+        return not self.spec.default and undefined_reason(rule, n, self.reasons) is not None
+
+    def reporting(self, ids: np.ndarray, round_idx: int) -> np.ndarray | None:
+        """[len(ids)] bool: who reports (None: everyone). A device fails with probability ``failure_rate`` after it
+        trains (attackers only where ``attackers_fail``); a straggler's work is dropped under ``straggler_policy:
+        drop``."""
+        if self.spec.failure_rate == 0 and (self.spec.stragglers == 0 or self.spec.straggler_policy == "include"):
+            return None
+        fails = keyed_uniforms(self.seed, FAILURE, round_idx, ids, 1)[:, 0] < self.spec.failure_rate
+        if not self.spec.attackers_fail:
+            fails &= ~self.malicious[ids]
+        if self.spec.stragglers and self.spec.straggler_policy == "drop":
+            fails |= self.stragglers(ids, round_idx)
+        return ~fails
+
+
+LAB = Participation(SystemSpec(), 0, np.zeros(0, dtype=bool))  # the default: everyone available, reporting, whole
