@@ -17,6 +17,7 @@ from torch import nn
 from fedarena.errors import ConfigError
 from fedarena.models.dense import dense_plan
 from fedarena.models.dropout import KeyedDropout
+from fedarena.models.passes import counted
 from fedarena.models.zoo import MODEL_SECTION, MODELS, LinearSVM
 
 TASKS = ("classification", "binary_pm1", "regression", "multilabel")  # multilabel: y is a 0/1 vector per sample
@@ -77,7 +78,7 @@ class FlatModel:
                     raise ValueError("a dropout key needs the samples' pooled ids")
                 for layer in self._dropouts:
                     layer.key, layer.ids = int(key), ids
-            return self.module(x)
+            return counted(self.module(x))  # an attacker's passes are counted (``models.passes``)
         finally:
             for owner, attr, original in saved:
                 owner._parameters[attr] = original

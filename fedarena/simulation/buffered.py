@@ -33,6 +33,7 @@ from fedarena.simulation.engine import (
     train_group,
 )
 from fedarena.simulation.setup import Trial
+from fedarena.simulation.work import SERVER as SERVER_WORK
 from fedarena.system.latency import first_arrivals, latencies, staleness_weight
 
 
@@ -117,7 +118,8 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     for stage in trial.pipeline.server:
         rule = stage(rule, view)
     clients = state.clients
-    w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
+    with trial.work.measured(SERVER_WORK):
+        w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
     kept = _kept(trial, w_new, clients, rows)
     parts = {**state.parts, SERVER: server} if kept else dict(state.parts)
     w_next = w_new if kept else state.w

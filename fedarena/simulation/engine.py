@@ -28,6 +28,8 @@ from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
 from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial
+from fedarena.simulation.work import ATTACK as ATTACK_WORK
+from fedarena.simulation.work import SERVER as SERVER_WORK
 from fedarena.streams import (
     ADAPT,
     AGGREGATE,
@@ -170,6 +172,7 @@ def _round_data(trial: Trial, ids: np.ndarray, round_idx: int, attack: dict | No
         corrupt = partial(corrupt, state=attack or {})
     if trial.stamp_check is not None:
         corrupt = checked_corrupt(corrupt, trial.stamp_check)
+    corrupt = trial.work.wrapped(ATTACK_WORK, corrupt)
     return trial.train.with_rows_replaced(ids, corrupt, trial.threat.malicious,
                                           torch_stream(trial.cfg.seed, CORRUPT, round_idx, device=trial.device))
 
@@ -283,7 +286,8 @@ def adapted(trial: Trial, state: SimState, ids: np.ndarray, round_idx: int) -> d
     source = trial.train if trial.clean_train is None else trial.clean_train
     rows = source.rows(bad)
     view = AttackView(state.w.detach(), trial.model, source.x[rows], source.y[rows], round_idx)
-    return effect.adapt(dict(state.attack), view, torch_stream(trial.cfg.seed, ADAPT, round_idx, device="cpu"))
+    adapt = trial.work.wrapped(ATTACK_WORK, effect.adapt)  # the attacker's own work (``simulation.work``)
+    return adapt(dict(state.attack), view, torch_stream(trial.cfg.seed, ADAPT, round_idx, device="cpu"))
 
 
 def run_round(trial: Trial, state: SimState) -> SimState:
@@ -324,7 +328,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     rule = aggregate
     for stage in trial.pipeline.server:  # what the server step calls: central DP
         rule = stage(rule, view)
-    w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
+    with trial.work.measured(SERVER_WORK):
+        w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
     if not _kept(trial, w_new, clients, trained):  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, trained)
         parts = {**state.parts, ATTACK_STATE: attack}  # the attacker's own state is its, whatever is dropped

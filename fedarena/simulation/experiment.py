@@ -21,6 +21,7 @@ from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table
 from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial, build_trial
+from fedarena.simulation.work import bytes_per_round
 
 
 def code_version() -> dict[str, str]:
@@ -77,7 +78,15 @@ def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
     meter.device = trial.device
     state = start(trial) if start is not None else None
     state, counts = simulate(trial, state, on_round=on_round, meter=meter, step=round_step(trial))
-    return {**result_record(trial, state, counts), "cost": meter.summary()}
+    return {**result_record(trial, state, counts), "cost": {**meter.summary(), **sides_cost(trial, state)}}
+
+
+def sides_cost(trial: Trial, state: SimState) -> dict[str, float]:
+    """What the server's rule and the attacker paid (``simulation.work``) and a device's bytes per round."""
+    aggregates = trial.aggregate is not None
+    sends_loss = aggregates and trial.needs_losses
+    sizes = bytes_per_round(trial.w0.numel(), trial.w0.element_size(), sends_loss, aggregates)
+    return {**trial.work.summary(state.round), **sizes}
 
 
 def _json_safe(value):

@@ -36,6 +36,8 @@ from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
 from fedarena.streams import ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
+from fedarena.simulation.work import ATTACK as ATTACK_WORK
+from fedarena.simulation.work import Work
 from fedarena.system.base import system_from
 from fedarena.system.participation import LAB, Participation
 from fedarena.system.requirements import check_asynchronous, check_system_privacy
@@ -72,6 +74,7 @@ class Trial:
     audit: CanaryAudit | None = None  # a privacy audit's canary clients (ids from the number of devices on)
     # the deployment's availability, stragglers and failures (``fedarena.system``; LAB: every drawn device reports)
     participation: Participation = LAB
+    work: Work = field(default_factory=Work)  # what the server's rule and the attacker paid (``simulation.work``)
 
     @property
     def needs_losses(self) -> bool:
@@ -118,7 +121,7 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
     audit = canary_audit(cfg, privacy, dataset.num_clients, w0)
     sizes = with_canaries(audit and audit.spec, poisoned.train_sizes())
     weights = aggregation_weights(cfg.sampling, sizes, privacy is not None)
-    spec = system_from(cfg.system)
+    spec, work = system_from(cfg.system), Work()
     participation = LAB if spec.default else Participation.of(spec, cfg.seed, threat.malicious)
     ahead = None if audit is not None else RoundsAhead(  # its draws are the devices' alone
         pools[0], cfg.seed, cfg.sampling, cfg.clients_per_round, cfg.local_steps, cfg.local_epochs, cfg.batch_size,
@@ -127,18 +130,21 @@ def build_trial(cfg: ExperimentConfig) -> Trial:
                   make_backend(cfg.backend, model, device), *pools, weights.to(dtype=w0.dtype, device=device), device,
                   *targeted_pools(threat, dataset, device), privacy=privacy, ahead=ahead, stamp_check=stamp_check,
                   test_stamp_check=test_stamp_check, audit=audit, participation=participation,
-                  pipeline=round_pipeline(aggregate, threat, privacy, audit) + participation_pipeline(participation))
+                  pipeline=round_pipeline(aggregate, threat, privacy, audit, work) + participation_pipeline(participation),
+                  work=work)
     return with_inputs(trial)
 
 
 def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: PrivacyPlan | None,
-                   audit: CanaryAudit | None) -> Pipeline:
+                   audit: CanaryAudit | None, work: Work | None = None) -> Pipeline:
     """The trial's stages, in the order they run: privacy's (an audit's canaries join and local DP noises what the
     devices send; central DP wraps the rule; the audit observes), the threat's (an attack tampers with its devices'
     rows after the devices' own noise), the rule's; at each evaluation the rule's certificate, then the audit's
     measures (the order they were reported in before the pipeline)."""
     rule = Pipeline() if aggregate is None else aggregate.pipeline()
     private, threatening = privacy_pipeline(privacy, audit), threat.pipeline()
+    if work is not None:  # the attacker's tampering is its work (``simulation.work``)
+        threatening = replace(threatening, device=tuple(work.wrapped(ATTACK_WORK, s) for s in threatening.device))
     staged = private + threatening + rule
     return replace(staged, evaluation=rule.evaluation + private.evaluation + threatening.evaluation)
 
