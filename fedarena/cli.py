@@ -16,7 +16,8 @@ from fedarena.registry import UnknownNameError
 # flag -> config key (top level or "section.key")
 RUN_FLAGS = {
     "dataset": "dataset.name", "model": "model.name", "method": "method.name", "attack": "attack.name",
-    "level": "attack.level", "aggregator": "aggregator.name", "privacy": "privacy.name", "sampling": "sampling",
+    "level": "attack.level", "aggregator": "aggregator.name", "privacy": "privacy.name", "system": "system.name",
+    "sampling": "sampling",
     "rounds": "rounds",
     "clients_per_round": "clients_per_round", "local_steps": "local_steps", "local_epochs": "local_epochs",
     "batch_size": "batch_size", "lr": "lr", "seed": "seed", "eval_every": "eval_every", "backend": "backend",

@@ -32,6 +32,7 @@ from fedarena.privacy.base import ACCOUNTANT, PRIVACY
 from fedarena.round_inputs import CORE, INPUTS
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.suites import SUITES
+from fedarena.system.base import SYSTEMS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ("--out", "{T}/result.json")
@@ -73,6 +74,11 @@ FILES = {
     "suite_scalar.yaml": "42\n",
     "suite_other.yaml": SUITE_BASE.format(name="another_name"),
     "not_a_db.db": "plain text, not SQLite\n",
+    "availability_header.csv": "device,when,available\n0,0,1\n",
+    "availability_row.csv": "device,round,available\n0,0,yes\n",
+    "availability_device.csv": "device,round,available\n99,0,1\n",
+    "latency_missing.csv": "device,latency\n0,1.5\n",
+    "latency_negative.csv": "device,latency\n0,-1\n",
     # plugins that cannot load, or whose component breaks its kind's contract
     "plugin_typo.py": "from fedarena import aggregator\n\nVALUE = undefined_name + 1\n",
     "plugin_no_input.py": ("from fedarena import aggregator\n\n@aggregator('reads_nosuch', reads=('round', 'nosuch'))\n"
@@ -96,6 +102,7 @@ ALL = {  # registry kind -> its names, for "the message lists every allowed name
     "aggregator": AGGREGATORS.names(), "pre-aggregator": PRE_AGGREGATORS.names(),
     "partition": PARTITIONERS.names(), "metric": list(METRIC_DIRECTIONS), "suite": SUITES.names(),
     "privacy": PRIVACY.names(), "accountant": ACCOUNTANT.names(), "round input": [*CORE, *INPUTS.names()],
+    "system": SYSTEMS.names(),
 }
 
 # (argv, fragments of the one error line); "{T}" is a temporary folder holding FILES, "{STORE}" a real,
@@ -189,6 +196,43 @@ RUN = [
     (("run", *OUT, "--set", "lr=true"), ["lr must be a positive finite number, got True"]),
     (("run", *OUT, "--method", "mocha"), ["method 'mocha' is defined for model 'svm'", "set model.name=svm"]),
 ]
+SYNC, ASYNC = ("--system", "synchronous"), ("--system", "asynchronous")
+SYSTEM = [  # the system section (issue 56): a deployment's failures, availability, stragglers, asynchrony
+    (("run", *OUT, *SYNC, "--set", "system.failure_rate=1"), ["system 'synchronous': failure_rate must be a number in [0, 1), got 1"]),
+    (("run", *OUT, *SYNC, "--set", "system.failure_rate=-0.1"), ["failure_rate must be a number in [0, 1)"]),
+    (("run", *OUT, *SYNC, "--set", "system.attackers_fail=maybe"), ["attackers_fail"]),
+    (("run", *OUT, *SYNC, "--set", "system.stragglers=1.5"), ["system 'synchronous': stragglers must be a number in [0, 1], got 1.5"]),
+    (("run", *OUT, *SYNC, "--set", "system.straggler_policy=wait"), ["straggler_policy must be one of drop, include, got 'wait'"]),
+    (("run", *OUT, *SYNC, "--set", "system.on_undefined=crash"), ["on_undefined must be one of skip, got 'crash'"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability=3"), ["availability must be a mapping such as {key: value}, got 3"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={bse: 0.5}"), ["unknown availability key(s) ['bse']; allowed: base, amplitude, period, csv"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={base: 1.5}"), ["availability.base must be a number in [0, 1], got 1.5"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={period: 0}"), ["availability.period must be a whole number > 0, got 0"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={base: 0, amplitude: 0}"), ["no device would ever be available"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={csv: {T}/nosuch.csv}"), ["system availability csv {T}/nosuch.csv: cannot read it"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={csv: {T}/availability_header.csv}"), ["the first line must be the header device,round,available"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={csv: {T}/availability_row.csv}"), ["line 2: expected three whole numbers device,round,available"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={csv: {T}/availability_device.csv}"), ["line 2: device must be in [0, 30)"]),
+    (("run", *OUT, *SYNC, "--set", "system.availability={csv: x, base: 0.5}"), ["availability from a csv trace takes no ['base']"]),
+    (("run", *OUT, *SYNC, "--set", "system.buffer=5"), ["unknown parameter(s) ['buffer'] for system 'synchronous'"]),
+    (("run", *OUT, *ASYNC, "--set", "system.buffer=0"), ["system 'asynchronous': buffer must be a whole number > 0, got 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.buffer=20"), ["buffer 20 exceeds the concurrency 10", "the buffer would never fill"]),
+    (("run", *OUT, *ASYNC, "--set", "system.concurrency=100"), ["concurrency 100 exceeds the 30 devices"]),
+    (("run", *OUT, *ASYNC, "--set", "system.latency_mean=0"), ["latency_mean must be a finite number > 0, got 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.speed_sigma=-1"), ["speed_sigma must be a finite number >= 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.jitter_sigma=-1"), ["jitter_sigma must be a finite number >= 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.attacker_timing=early"), ["attacker_timing must be one of honest, fresh, stale, got 'early'"]),
+    (("run", *OUT, *ASYNC, "--set", "system.stale_factor=0"), ["stale_factor must be a finite number > 0, got 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.trace={T}/latency_missing.csv"), ["no latency for device(s) [1, 2, 3, 4, 5] ...; list every device once"]),
+    (("run", *OUT, *ASYNC, "--set", "system.trace={T}/latency_negative.csv"), ["line 2: device must be in [0, 30) and latency a finite number > 0"]),
+    (("run", *OUT, *ASYNC, "--set", "system.buffer=3", "--aggregator", "krum", "--attack", "a1", "--level", "0.3"),
+     ["system 'asynchronous' aggregates buffers of 3 updates: krum needs f < n, got n=3, f=3"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", *SYNC, "--set", "system.failure_rate=0.3"),
+     ["differential privacy's accountant assumes clients_per_round devices drawn and reporting each round",
+      "system 'synchronous' with failure_rate breaks that"]),
+    (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", *ASYNC), ["system 'asynchronous' with asynchronous aggregation breaks that"]),
+]
+
 BENCH = [
     (("bench",), ["required: bench_command"]),
     (("bench", "nosuch"), ["invalid choice: 'nosuch' (choose from", "'list', 'run'"]),
@@ -348,6 +392,7 @@ REGISTRY_CASES = {  # registry kind -> a case with an unknown name of that kind 
                    ["privacy 'central': accountant must be one of", "got 'nosuch'"]),
     "round input": (("run", *OUT, "--include", "{T}/plugin_no_input.py", "--aggregator", "reads_nosuch"),
                     ["aggregator 'reads_nosuch'", "reads 'nosuch', which no round input provides; known:"]),
+    "system": (("run", *OUT, "--system", "nosuch"), ["unknown system 'nosuch'; available: asynchronous, synchronous"]),
 }
 def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
     """(command words, its parser) for every leaf subcommand, e.g. (("bench", "run"), parser)."""
@@ -360,7 +405,7 @@ def subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):
 
 
 COMMANDS = {words[0] for words, _ in subcommands(cli.build_parser())}
-CATALOGUE = RUN + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA + EVALUATE + TUNE
+CATALOGUE = RUN + SYSTEM + BENCH + UI + LEADERBOARD + (REPORT if "report" in COMMANDS else []) + DATA + EVALUATE + TUNE
 SUBPROCESS = [  # through the installed command, as a user types it
     (("run", *OUT, "--config", "{T}/syntax.yaml"), ["syntax.yaml, line 2, column 1: invalid YAML"]),
     (("bench", "run", "{T}/level.yaml"), ["a level is a fraction of the clients in [0, 1)"]),
