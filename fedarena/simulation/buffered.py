@@ -20,6 +20,7 @@ from fedarena.round_stages import StageView
 from fedarena.simulation.data import drawn_clients
 from fedarena.simulation.engine import (
     ATTACK_STATE,
+    ROUND_STEPS,
     SERVER,
     SYSTEM,
     SimState,
@@ -29,17 +30,12 @@ from fedarena.simulation.engine import (
     _stacked,
     adapted,
     round_draw,
-    run_round,
     train_group,
 )
 from fedarena.simulation.setup import Trial
 from fedarena.simulation.work import SERVER as SERVER_WORK
+from fedarena.system.base import ASYNCHRONOUS
 from fedarena.system.latency import first_arrivals, latencies, staleness_weight
-
-
-def round_step(trial: Trial):
-    """The trial's round: a server step of buffered asynchronous aggregation, or the synchronous round."""
-    return buffered_round if trial.participation.spec.asynchronous else run_round
 
 
 def concurrency(trial: Trial) -> int:
@@ -132,3 +128,6 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     diverged_at = state.diverged_at if kept or state.diverged else t
     return SimState(t + 1, w_next, clients, diverged_at, state.history, parts)
 
+
+
+ROUND_STEPS[ASYNCHRONOUS] = buffered_round

@@ -437,6 +437,20 @@ def _triggered(trial: Trial, state: SimState) -> Pooled:
     return replace(trial.backdoor_test, x=stamped)
 
 
+# what a round is, by the trial's system (``fedarena.system``): the synchronous round here; asynchronous aggregation's
+# server step registers itself from ``simulation.buffered`` (which reads this module's parts of a round)
+ROUND_STEPS: dict[str, Callable] = {}
+
+
+def round_kind(trial: Trial) -> Callable[[Trial, SimState], SimState]:
+    name = trial.participation.spec.name
+    step = run_round if name == "synchronous" else ROUND_STEPS.get(name)
+    if step is None:
+        raise RuntimeError(f"system {name!r} has no round registered here: import fedarena.simulation.buffered "
+                           f"(run_experiment does)")
+    return step
+
+
 def _no_phase(name: str):
     return contextlib.nullcontext()
 
@@ -450,16 +464,17 @@ def simulate(trial: Trial, state: SimState | None = None,
 
     ``on_round(state, metrics_or_None)`` is called after every round (progress bars, checkpoints, Ray).
     A diverged run stops (``on_divergence=stop``) or goes on without the non-finite update (``continue``).
-    ``meter`` times the training rounds (``round``) and evaluations (``eval``). ``step``: what a round is
-    (``run_round``; a server step of asynchronous aggregation: ``buffered.round_step``).
+    ``meter`` times the training rounds (``round``) and evaluations (``eval``). ``step``: what a round is (None: the
+    trial's system's, ``round_kind``: ``run_round``, or a server step of asynchronous aggregation).
     """
     cfg = trial.cfg
     state = state or initial_state(trial)
+    step = step or round_kind(trial)
     phase = meter.phase if meter is not None else _no_phase
     counts = None
     while state.round < cfg.rounds:
         with phase("round"):
-            state = (step or run_round)(trial, state)
+            state = step(trial, state)
         stop = state.diverged and cfg.on_divergence == "stop"
         if state.round == cfg.rounds and trial.method.finalize_epochs and not stop:
             with phase("finalize"):

@@ -15,7 +15,7 @@ import torch
 import fedarena
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.costs import CostMeter
-from fedarena.simulation.buffered import round_step
+import fedarena.simulation.buffered  # noqa: F401  (registers asynchronous aggregation's server step)
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
 from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table
@@ -77,7 +77,7 @@ def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
         trial = build_trial(cfg)
     meter.device = trial.device
     state = start(trial) if start is not None else None
-    state, counts = simulate(trial, state, on_round=on_round, meter=meter, step=round_step(trial))
+    state, counts = simulate(trial, state, on_round=on_round, meter=meter)
     return {**result_record(trial, state, counts), "cost": {**meter.summary(), **sides_cost(trial, state)}}
 
 

@@ -151,7 +151,7 @@ def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: Pr
 
 def participation_pipeline(participation: Participation) -> Pipeline:
     """A deployment's evaluation metric: the rounds skipped so far (too few reports for the rule)."""
-    if participation.spec.default:
+    if participation.spec.default or participation.spec.asynchronous:  # a server step never waits on too few
         return Pipeline()
     return Pipeline(evaluation=(rounds_skipped,))
 

@@ -1,0 +1,166 @@
+"""A synchronous deployment (issue 56): who can be drawn (availability), who straggles and how far, who fails to
+report, and a rule whose requirement on n fails mid-run; each draw checked against its definition and its
+statistics, and the engine's round against a hand computation."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from fedarena.errors import ConfigError
+from fedarena.simulation.data import drawn_clients
+from fedarena.simulation.engine import _round_data, draw_clients, initial_state, run_round, simulate, train_group
+from fedarena.simulation.experiment import run_experiment
+from fedarena.simulation.setup import build_trial
+from fedarena.system.base import Availability, SystemSpec, system_from
+from fedarena.system.participation import Participation, availability_probability, device_phases
+
+BAD = np.zeros(400, dtype=bool)
+BAD[:80] = True  # 20% malicious
+
+
+def spec(**options) -> SystemSpec:
+    return system_from({"name": "synchronous", **options})
+
+
+def test_failures_report_at_one_minus_the_rate_and_attackers_only_where_asked():
+    ids = np.arange(400)
+    honest, bad = [], []
+    for attackers_fail in (False, True):
+        part = Participation.of(spec(failure_rate=0.3, attackers_fail=attackers_fail), 7, BAD)
+        reports = np.stack([part.reporting(ids, r) for r in range(50)])
+        honest.append(reports[:, 80:].mean())
+        bad.append(reports[:, :80].mean())
+    # 16,000 honest draws: 0.7 within 4 standard deviations (0.0036 each)
+    assert abs(honest[0] - 0.7) < 0.015 and abs(honest[1] - 0.7) < 0.015
+    assert bad[0] == 1.0  # attackers do not fail by default
+    assert abs(bad[1] - 0.7) < 0.03
+    assert Participation.of(spec(), 7, BAD).reporting(ids, 0) is None  # nothing fails: every row goes on
+
+
+def test_a_failure_is_keyed_by_round_and_device_not_by_who_else_is_drawn():
+    part = Participation.of(spec(failure_rate=0.5), 3, BAD)
+    every = part.reporting(np.arange(400), 9)
+    some = np.array([5, 90, 250, 399])
+    assert (part.reporting(some, 9) == every[some]).all()
+
+
+def test_availability_follows_its_daily_cycle():
+    avail = Availability(base=0.5, amplitude=0.4, period=20)
+    part = Participation.of(spec(availability={"base": 0.5, "amplitude": 0.4, "period": 20}), 11, BAD)
+    rounds = np.arange(200)
+    away = part.unavailable(rounds)
+    p = availability_probability(avail, device_phases(11, 400), rounds)
+    # by hand for one device and round: base + amplitude sin(2 pi (t / period + phase))
+    assert p[13, 7] == pytest.approx(0.5 + 0.4 * np.sin(2 * np.pi * (13 / 20 + device_phases(11, 400)[7])))
+    # inclusion rate = the mean probability (80,000 draws), and it moves with the cycle: the available share of
+    # the devices whose probability is above 0.8 against those below 0.2
+    assert abs((~away).mean() - p.mean()) < 0.01
+    assert (~away)[p > 0.8].mean() > 0.8 and (~away)[p < 0.2].mean() < 0.2
+
+
+def test_the_engine_draws_only_among_the_available_and_its_cache_agrees(small_config):
+    system = {"name": "synchronous", "availability": {"base": 0.35, "amplitude": 0.3, "period": 6}}
+    trial = build_trial(small_config(system=system, clients_per_round=5))
+    cfg = trial.cfg
+    short = 0
+    for t in range(40):
+        away = trial.participation.unavailable(np.array([t]))[0]
+        drawn = draw_clients(trial, t)
+        assert not away[drawn].any()
+        # the same draw computed on its own, without the look-ahead cache
+        alone = drawn_clients(cfg.seed, cfg.sampling, trial.population_sizes(), 5, t, away) if (~away).any() else []
+        assert list(drawn) == list(alone)
+        short += len(drawn) < 5
+    assert short > 0  # some rounds have fewer available devices than a round draws: they draw all there are
+
+
+def test_stragglers_are_the_share_of_honest_devices_and_run_one_to_E_steps():
+    part = Participation.of(spec(stragglers=0.5), 5, BAD)
+    ids = np.arange(0, 400, 20)  # 20 drawn: 4 attackers, 16 honest
+    counts, units = [], []
+    for r in range(300):
+        chosen = part.stragglers(ids, r)
+        assert not chosen[BAD[ids]].any()  # attackers never straggle
+        counts.append(chosen.sum())
+        budget = part.budgets(ids, r, np.full(len(ids), 8), 0, np.ones(len(ids), dtype=int))
+        assert (budget[~chosen] == 8).all()  # the others run their whole plan
+        units.extend(budget[chosen])
+    assert set(counts) == {8}  # round(0.5 x 16)
+    assert set(units) == set(range(1, 9))  # uniform in {1, ..., E}: every value turns up in 2,400 draws
+    assert abs(np.mean(units) - 4.5) < 0.15
+    epochs = part.budgets(ids, 0, np.full(len(ids), 12), 3, np.full(len(ids), 4))  # 3 epochs of 4 steps each
+    assert set(epochs[part.stragglers(ids, 0)]) <= {4, 8, 12}
+
+
+@pytest.mark.parametrize("backend", ["batched", "sequential"])
+def test_a_stragglers_update_is_its_first_k_steps(small_config, backend):
+    # the round's update of a straggler with budget k equals that device's update in a run of k local steps
+    # (its plan's first k minibatches are the same: plans are keyed by (round, device))
+    cfg = small_config(system={"name": "synchronous", "stragglers": 1.0, "straggler_policy": "include"},
+                       rounds=1, local_steps=4, backend=backend, lr=0.1)
+    trial = build_trial(cfg)
+    state = initial_state(trial)
+    ids = np.sort(draw_clients(trial, 0))
+    budget = trial.participation.budgets(ids, 0, np.full(len(ids), 4), 0, np.ones(len(ids), dtype=int))
+    after = run_round(trial, state)
+    expected = []
+    for device, k in zip(ids, budget, strict=True):
+        one = build_trial(small_config(rounds=1, local_steps=int(k), backend=backend, lr=0.1))
+        expected.append(train_one(one, device))
+    mean = torch.stack(expected).mean(0)  # proportional sampling: the server's weights are all ones
+    torch.testing.assert_close(after.w - state.w, mean, rtol=1e-5, atol=1e-6)
+
+
+def train_one(trial, device):
+    pool = _round_data(trial, np.array([device]), 0)
+    upd, _ = train_group(trial, trial.w0, initial_state(trial).clients, pool, np.array([device]), 0)
+    return upd[0]
+
+
+def test_a_rule_undefined_on_a_rounds_reports_skips_that_round(small_config):
+    # Krum with f = 1 needs n - f - 2 >= 1: n >= 4 of the 5 drawn; at failure rate 0.5 many rounds have fewer
+    system = {"name": "synchronous", "failure_rate": 0.5}
+    cfg = small_config(system=system, aggregator={"name": "krum"}, attack={"name": "a1", "level": 0.2}, rounds=12)
+    trial = build_trial(cfg)
+    state = initial_state(trial)
+    skipped = 0
+    for t in range(12):
+        ids = np.sort(draw_clients(trial, t, state.server))
+        reports = int(trial.participation.reporting(ids, t).sum())
+        before = state.w.clone()
+        state = run_round(trial, state)
+        if reports < 4:
+            assert torch.equal(state.w, before), f"round {t}: {reports} reports, Krum undefined, yet the model moved"
+            skipped += 1
+        else:
+            assert not torch.equal(state.w, before)
+    assert skipped > 0
+    assert int(state.parts["system"]["skipped"]) == skipped
+    final = run_experiment(cfg)["final"]
+    assert final["rounds_skipped"] == skipped
+
+
+def test_the_default_system_changes_no_number(small_config):
+    plain = run_experiment(small_config(attack={"name": "a1", "level": 0.2}, aggregator={"name": "median"}))
+    named = run_experiment(small_config(attack={"name": "a1", "level": 0.2}, aggregator={"name": "median"},
+                                        system={"name": "synchronous", "failure_rate": 0.0, "stragglers": 0.0}))
+    assert json.dumps(plain["final"]) == json.dumps(named["final"])  # (json: NaN metrics compare equal)
+    assert plain["config_hash"] == named["config_hash"]
+    moved = run_experiment(small_config(attack={"name": "a1", "level": 0.2}, aggregator={"name": "median"},
+                                        system={"name": "synchronous", "failure_rate": 0.3}))
+    assert moved["final"]["acc_pooled"] != plain["final"]["acc_pooled"]
+
+
+def test_differential_privacy_refuses_partial_participation(small_config):
+    dp = {"name": "central", "noise_multiplier": 1.0}
+    with pytest.raises(ConfigError, match="accountant assumes clients_per_round devices drawn and reporting"):
+        build_trial(small_config(privacy=dp, sampling="uniform", system={"name": "synchronous", "failure_rate": 0.1}))
+    with pytest.raises(ConfigError, match="with availability breaks that"):
+        build_trial(small_config(privacy=dp, sampling="uniform",
+                                 system={"name": "synchronous", "availability": {"base": 0.9}}))
+    # stragglers whose work is included still report, each clipped: the epsilon holds
+    trial = build_trial(small_config(privacy=dp, sampling="uniform", rounds=2,
+                                     system={"name": "synchronous", "stragglers": 0.5, "straggler_policy": "include"}))
+    assert simulate(trial)[0].round == 2
