@@ -2,8 +2,9 @@
 
 Each selected client minimises F_k(w_k) + (mu/2) ||w_k - w^t||^2 from w_k = w^t with the round's local
 minibatch SGD steps (gradient grad F_k(w_k) + mu (w_k - w^t)); the server aggregates w_k - w^t with the
-configured rule. The inexactness of the local solve is the engine's fixed number of local steps/epochs
-(no straggler simulation). mu = 0 is FedAvg, step for step.
+configured rule. The inexactness of the local solve is the engine's number of local steps/epochs, fewer for a
+straggler (the ``system`` section's ``stragglers`` with ``straggler_policy: include``, the paper's setting;
+``fedarena.examples.fedprox_stragglers`` runs its synthetic experiment). mu = 0 is FedAvg, step for step.
 """
 
 from __future__ import annotations
