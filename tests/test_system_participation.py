@@ -10,7 +10,14 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.simulation.data import drawn_clients
-from fedarena.simulation.engine import _round_data, draw_clients, initial_state, run_round, simulate, train_group
+from fedarena.simulation.engine import (
+    _round_data,
+    draw_clients,
+    initial_state,
+    run_round,
+    simulate,
+    train_group,
+)
 from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.setup import build_trial
 from fedarena.system.base import Availability, SystemSpec, system_from

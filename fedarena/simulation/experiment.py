@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 import fedarena
+import fedarena.simulation.buffered  # noqa: F401  (registers asynchronous aggregation's server step)
 from fedarena.config import ExperimentConfig
 from fedarena.simulation.costs import CostMeter
-import fedarena.simulation.buffered  # noqa: F401  (registers asynchronous aggregation's server step)
 from fedarena.simulation.engine import SimState, evaluate_state, simulate
 from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.metrics import client_table

@@ -35,9 +35,9 @@ from fedarena.simulation.ahead import RoundsAhead
 from fedarena.simulation.data import Pooled, most_participation, plan_schedule
 from fedarena.simulation.heap import keep_freed_pages
 from fedarena.simulation.stamps import check_set_up_stamps, stamp_checks
-from fedarena.streams import ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
 from fedarena.simulation.work import ATTACK as ATTACK_WORK
 from fedarena.simulation.work import Work
+from fedarena.streams import ATTACK, AUDIT, INIT, PARTITION, stream, torch_stream
 from fedarena.system.base import system_from
 from fedarena.system.participation import LAB, Participation
 from fedarena.system.requirements import check_asynchronous, check_system_privacy
