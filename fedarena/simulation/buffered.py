@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fedarena.methods.aggregators.base import EXCLUDED
 from fedarena.methods.base import ServerInfo
 from fedarena.round_stages import StageView
 from fedarena.simulation.data import drawn_clients
@@ -27,6 +28,7 @@ from fedarena.simulation.engine import (
     _global_losses,
     _kept,
     _round_data,
+    _skipped,
     _stacked,
     adapted,
     round_draw,
@@ -44,11 +46,13 @@ def concurrency(trial: Trial) -> int:
 
 def dispatch(trial: Trial, state: SimState, w: torch.Tensor, clients: dict, step: int, count: int,
              busy: np.ndarray, clock: float) -> tuple[dict, dict, dict]:
-    """Draw ``count`` devices not ``busy`` (the sampling's draw keyed by ``step``), train them on ``w`` (round key
+    """Draw ``count`` devices neither ``busy`` nor removed by the rule (the sampling's draw keyed by ``step``), train them on ``w`` (round key
     ``step``) and give their arrival times: (their in-flight entries, the clients' tables, the attack's state)."""
     cfg, spec = trial.cfg, trial.participation.spec
     excluded = np.zeros(trial.dataset.num_clients, dtype=bool)
     excluded[busy] = True
+    if EXCLUDED in state.server:  # a rule removed them (FLDetector): never dispatched again
+        excluded |= state.server[EXCLUDED].cpu().numpy()[: len(excluded)]
     ids = np.sort(drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, count, step, excluded))
     attack = adapted(trial, state, ids, step)
     pool = _round_data(trial, ids, step, attack)
@@ -95,6 +99,8 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     buffer = _taken(flight, first[np.argsort(flown[first], kind="stable")])  # per-round rows in id order
     waiting = _taken(flight, np.setdiff1d(np.arange(len(flown)), first))
     ids = buffer["ids"].cpu().numpy()
+    if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(ids)):
+        return _skipped(state, state.clients, state.attack)  # fewer in flight than the rule needs (a rule removed them)
     staleness = t - buffer["version"].cpu().numpy()
     stacked = buffer["updates"].to(state.w.device)
     rows = torch.as_tensor(ids, device=trial.device)
