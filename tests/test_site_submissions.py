@@ -113,6 +113,11 @@ def test_leaderboard_json_validates_and_an_entry_holds_its_cards_numbers(built):
     card = {e.slug: e for e in summary.entries}["aggregator.median"].card.to_json()
     assert {k: by["aggregator.median"][k] for k in card} == card
     assert by["submission-honest"]["clean_acc"] == pytest.approx(honest["clean_acc"], abs=1e-6)
+    costs = by["aggregator.median"]["costs"]  # as the runs recorded them (smoke: digits' 64-16-10 MLP, float32)
+    assert costs["bytes_received"] == costs["bytes_sent"] == 4 * (64 * 16 + 16 + 16 * 10 + 10) and costs["server_ms"] > 0
+    assert costs["attacks"]["a1@0.1"]["attack_forward"] == 0 and costs["attacks"]["a3fl@0.1"]["attack_forward"] > 0
+    assert costs["recorded_runs"] == costs["runs"]
+    assert 'id="costs"' in (root / "site" / "smoke" / "entries" / "aggregator.median.html").read_text()
     assert by["submission-broken"]["status"] == "rejected" and "clean_acc" not in by["submission-broken"]
     claim = by["submission-honest"]["claims"][0]
     assert claim["setting"] == "clean" and claim["in_interval"] is False and claim["difference"] < 0

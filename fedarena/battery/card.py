@@ -18,6 +18,10 @@ spread across devices, the worst 10% of devices, the attack success rate). A car
   setting and dataset with its seeds' values: ``battery.spread``);
 - ``secure_aggregation`` and ``central_dp``: whether the row's server side runs under each, as its method and
   rule declare it (``sum_only``, ``sensitivity``), recorded with its runs (None: not known);
+- ``costs`` (``battery.costs``): what each side pays, as the runs recorded it (``cost_*``): the defense's
+  ``server_ms`` (its server step per round), ``bytes_sent`` and ``bytes_received`` (one drawn device's per round),
+  and ``attacks``: per "attack@level" the attacker's ``attack_ms`` per round and its model passes beyond honest
+  training (``attack_forward``, ``attack_backward``); means over the runs; {} where the runs predate these metrics;
 - ``complete`` and ``missing``: whether every trial of the battery's current version for the row (each attack,
   level, dataset and seed it can run) is in the store with a finite accuracy, else which are not; an incomplete
   card is never ranked (a minimum over fewer settings can only flatter it) and states the battery version its
@@ -63,6 +67,7 @@ class Card:
     grid: list[dict] = field(default_factory=list)  # per setting and dataset: seeds, values, mean, half-width
     secure_aggregation: bool | None = None  # its server side needs only the updates' sum
     central_dp: bool | None = None  # central DP composes with its method and rule
+    costs: dict = field(default_factory=dict)  # server_ms, bytes_sent/received, attacks ({}: not recorded)
 
     @classmethod
     def from_json(cls, data: dict) -> Card:

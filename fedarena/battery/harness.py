@@ -30,6 +30,7 @@ from fedarena.battery.completeness import (
     tuned_undefined,
     tuning_note,
 )
+from fedarena.battery.costs import card_costs, costs_text
 from fedarena.battery.definition import (
     NAME,
     Battery,
@@ -173,6 +174,7 @@ def _card(cells: pd.DataFrame, runs: pd.DataFrame, label: str, expected: dict[st
     card.tuning = tuning_note(own)
     card.intervals, card.grid = intervals(own, card.settings), grid(own)
     card.secure_aggregation, card.central_dp = recorded_privacy(own)
+    card.costs = card_costs(own)
     return card
 
 
@@ -225,7 +227,7 @@ def card_text(card: Card) -> str:
                  "level (1 = best); an incomplete card is not ranked.")
     if card.unranked:
         lines.append(f"Not ranked: {card.unranked}.")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *costs_text(card.costs)])
 
 
 def _incomplete_text(card: Card, shown: int = 5) -> str:

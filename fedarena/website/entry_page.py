@@ -1,9 +1,11 @@
-"""An entry's page: its card (worst case per level with rank, fairness under it, worst attack success rate), the
+"""An entry's page: its card (worst case per level with rank, fairness under it, worst attack success rate), what
+each side pays (the server step and a device's bytes per round, each attack's work beyond honest training), the
 whole per-attack grid with seeds and 95% intervals, accuracy against attack level, claims beside measurements,
 the cells a rerun did not reproduce, the component's source identity and the command that reproduces it."""
 
 from __future__ import annotations
 
+from fedarena.battery.costs import NOT_RECORDED, ms_text, passes_text, size_text
 from fedarena.website.chart import level_chart
 from fedarena.website.entries import Entry
 from fedarena.website.pages import esc, fmt, link, page, status_badge, yes_no
@@ -21,7 +23,7 @@ def _sections(entry: Entry, scale: str, title: str) -> list[str]:
         return out + [f"<p>Rejected: <strong>{esc(entry.reason)}</strong></p>"]
     card = entry.card
     out += [_facts(entry), "<h2>Worst case per level</h2>", _worst(entry), "<h2>Accuracy against attack level</h2>",
-            level_chart(card)]
+            level_chart(card), "<h2>Costs</h2>", _costs(entry)]
     if entry.differing:
         out += ["<h2>Cells the rerun did not reproduce</h2>", _differing(entry)]
     if entry.claims:
@@ -84,6 +86,28 @@ def _worst(entry: Entry) -> str:
                     f"<td>{esc(rank)}</td></tr>")
     return _table(["level", "worst-case accuracy", "95% interval", "attack", "std across devices",
                    "worst 10% of devices", "rank"], rows)
+
+
+def _costs(entry: Entry) -> str:
+    """What each side pays: the defense's server step and a device's bytes per round, and per setting the
+    attacker's time per round and model passes beyond honest training."""
+    costs = entry.card.costs
+    if not costs:
+        return f'<p class="note">Costs: {esc(NOT_RECORDED)}.</p>'
+    facts = [("server step (the method's, with its rule)", f"{ms_text(costs.get('server_ms'))} per round"),
+             ("a drawn device sends", f"{size_text(costs.get('bytes_sent'))} per round"),
+             ("a drawn device receives", f"{size_text(costs.get('bytes_received'))} per round")]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in facts)
+    rows = [f"<tr><td>{esc(setting)}</td><td class=\"num\">{esc(ms_text(c.get('attack_ms')))}</td>"
+            f"<td class=\"num\">{esc(passes_text(c.get('attack_forward')))}</td>"
+            f"<td class=\"num\">{esc(passes_text(c.get('attack_backward')))}</td></tr>"
+            for setting, c in costs.get("attacks", {}).items()]
+    note = (f'<p class="note">Means over the {esc(costs.get("recorded_runs"))} of its {esc(costs.get("runs"))} runs '
+            "that recorded them; the attacker's work is what it does beyond honest training (0 for an attack that "
+            "poisons its data once).</p>")
+    table = _table(["setting", "attacker ms per round", "forward passes per run", "backward passes per run"], rows,
+                   "costs") if rows else ""
+    return f'<table class="facts">{body}</table>{table}{note}'
 
 
 def _grid(entry: Entry) -> str:

@@ -77,13 +77,19 @@ def _worst_cells(entry: Entry, level: str) -> list[str]:
             f'<td class="num" data-sort="{_sortable(worst.get("acc_worst10"))}">{fmt(worst.get("acc_worst10"))}</td>']
 
 
+def _server_cell(ms: float | None) -> str:
+    """The server step's ms per round (– where the card's runs did not record it)."""
+    shown = "–" if ms is None else f"{ms:.2f}"
+    return f'<td class="num" data-sort="{_sortable(ms)}">{shown}</td>'
+
+
 def _sortable(value) -> str:
     return "" if value is None or value != value else f"{value:.6f}"
 
 
 INDEX_HEADER = ["entry", "kind", "pre-aggregators", "clean", "worst @10%", "attack @10%", "worst 10% dev. @10%",
                 "worst @20%", "attack @20%", "worst 10% dev. @20%", "rank @20%", "worst ASR", "ASR attack",
-                "secure agg.", "central DP", "version", "status", "paper"]
+                "secure agg.", "central DP", "server ms/round", "version", "status", "paper"]
 
 
 def index_row(entry: Entry, order: int) -> str:
@@ -94,7 +100,7 @@ def index_row(entry: Entry, order: int) -> str:
              f"<td>{esc(entry.kind)}</td>", f"<td>{esc(', '.join(entry.pre_aggregators))}</td>"]
     if card is None:
         cells[0] = cells[0].removesuffix("</td>") + f'<br><span class="note">{esc(entry.reason)}</span></td>'
-        cells += ['<td data-sort="">–</td>'] * 13
+        cells += ['<td data-sort="">–</td>'] * 14
     else:
         cells.append(f'<td class="num" data-sort="{_sortable(card.clean_acc)}">{fmt(card.clean_acc)}</td>')
         for level in LEVELS_SHOWN:
@@ -105,7 +111,8 @@ def index_row(entry: Entry, order: int) -> str:
         asr = card.worst_asr
         cells += [f'<td class="num" data-sort="{_sortable(asr.get("asr"))}">{fmt(asr.get("asr"))}</td>',
                   f"<td>{esc(asr.get('attack', ''))}</td>", f"<td>{yes_no(card.secure_aggregation)}</td>",
-                  f"<td>{yes_no(card.central_dp)}</td>", f"<td>{esc(card.identity)}</td>"]
+                  f"<td>{yes_no(card.central_dp)}</td>", _server_cell(card.costs.get("server_ms")),
+                  f"<td>{esc(card.identity)}</td>"]
     cells.append(f'<td data-sort="{esc(entry.status)}">{status_badge(entry)}</td>')
     cells.append(f"<td>{link(entry.paper, 'paper') if entry.paper else ''}</td>")
     return (f'<tr data-order="{order}" data-kind="{esc(entry.kind)}" data-status="{esc(entry.status)}">'
@@ -128,8 +135,10 @@ def index_page(entries: list[Entry], battery_version: int, scale: str, archived:
             f"run against one component at scale {esc(scale)}. Worst case: the lowest benign accuracy over the "
             "battery's attacks at that fraction of attackers (mean over datasets and seeds); worst 10% dev.: the "
             "mean accuracy of the worst tenth of devices under that attack; rank: among the complete built-in rows "
-            "of its kind. Status: built-in (measured by this site's store), verified (a submission whose card the "
-            "rerun reproduced), unverified (the rerun differs: see its page), rejected (could not be evaluated).</p>",
+            "of its kind; server ms/round: the method's server step with its rule (– where its runs did not record "
+            "it; what each attack costs is on the entry's page). Status: built-in (measured by this site's store), "
+            "verified (a submission whose card the rerun reproduced), unverified (the rerun differs: see its page), "
+            "rejected (could not be evaluated).</p>",
             '<div class="filters"><label>Filter <input id="filter-text" type="search" placeholder="text"></label>'
             f'<label>Kind <select id="filter-kind"><option value="">all</option>{kinds}</select></label>'
             f'<label>Status <select id="filter-status"><option value="">all</option>{statuses}</select></label>'
