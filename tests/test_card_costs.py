@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from fedarena.battery.card import Card
-from fedarena.battery.costs import card_costs
+from fedarena.battery.card_costs import card_costs
 from fedarena.battery.harness import card_text, cards_of_rows
 from fedarena.website.entries import builtin_entry, leaderboard, record, schema
 from fedarena.website.entry_page import entry_html

@@ -30,7 +30,7 @@ def count_resolutions(monkeypatch) -> list[str]:
 def test_a_trial_resolves_each_section_once(monkeypatch):
     seen = count_resolutions(monkeypatch)
     trial = build_trial(ExperimentConfig.from_dict(RAW))
-    assert sorted(seen) == ["aggregator", "attack", "dataset", "method", "model", "privacy"]
+    assert sorted(seen) == ["aggregator", "attack", "dataset", "method", "model", "privacy", "system"]
     assert isinstance(trial.cfg, ResolvedConfig) and trial.cfg.method["lam"] == 1.0  # the defaults, filled
 
 

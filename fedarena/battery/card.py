@@ -18,7 +18,7 @@ spread across devices, the worst 10% of devices, the attack success rate). A car
   setting and dataset with its seeds' values: ``battery.spread``);
 - ``secure_aggregation`` and ``central_dp``: whether the row's server side runs under each, as its method and
   rule declare it (``sum_only``, ``sensitivity``), recorded with its runs (None: not known);
-- ``costs`` (``battery.costs``): what each side pays, as the runs recorded it (``cost_*``): the defense's
+- ``costs`` (``battery.card_costs``): what each side pays, as the runs recorded it (``cost_*``): the defense's
   ``server_ms`` (its server step per round), ``bytes_sent`` and ``bytes_received`` (one drawn device's per round),
   and ``attacks``: per "attack@level" the attacker's ``attack_ms`` per round and its model passes beyond honest
   training (``attack_forward``, ``attack_backward``); means over the runs; {} where the runs predate these metrics;

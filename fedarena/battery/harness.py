@@ -30,7 +30,7 @@ from fedarena.battery.completeness import (
     tuned_undefined,
     tuning_note,
 )
-from fedarena.battery.costs import card_costs, costs_text
+from fedarena.battery.card_costs import card_costs, costs_text
 from fedarena.battery.definition import (
     NAME,
     Battery,

@@ -5,7 +5,7 @@ the cells a rerun did not reproduce, the component's source identity and the com
 
 from __future__ import annotations
 
-from fedarena.battery.costs import NOT_RECORDED, ms_text, passes_text, size_text
+from fedarena.battery.card_costs import NOT_RECORDED, ms_text, passes_text, size_text
 from fedarena.website.chart import level_chart
 from fedarena.website.entries import Entry
 from fedarena.website.pages import esc, fmt, link, page, status_badge, yes_no
