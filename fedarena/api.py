@@ -150,9 +150,11 @@ def adhoc_spec(cfg: ExperimentConfig, experiment: str) -> TrialSpec:
     level = float(cfg.attack.get("level", 0.0))
     method, dataset = cfg.method["name"], cfg.dataset["name"]
     privacy = "none" if cfg.privacy_is_default() else cfg.privacy["name"]
+    deployment = "synchronous" if cfg.system_is_default() else cfg.system["name"]
     return TrialSpec(cfg, experiment, ADHOC, method, dataset, attack, level, cfg.seed, identity.config_hash,
-                     identity.cell_hash, run_name(method, dataset, attack, level, cfg.seed, privacy),
-                     config_key=identity.config_key, versions=identity.versions, privacy_label=privacy)
+                     identity.cell_hash, run_name(method, dataset, attack, level, cfg.seed, privacy, deployment),
+                     config_key=identity.config_key, versions=identity.versions, privacy_label=privacy,
+                     deployment_label=deployment)
 
 
 def track_run(record: dict, store: RunStore) -> str:

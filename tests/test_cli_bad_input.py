@@ -63,6 +63,9 @@ SUITE_EDITS = {  # suite file -> (text replaced, replacement) in SUITE_BASE
     "fixed_seed": ("scales:", "fixed: {seed: 1}\nscales:"),
     "checkpoint": ("smoke: {fixed", "smoke: {checkpoint_every: -1, fixed"),
     "include": ("scales:", "include: [nosuch_plugin.py]\nscales:"),
+    "deployment_key": ("scales:", "deployment: [{label: x, aggregator: {f: 3}}]\nscales:"),
+    "deployment_f": ("scales:", "deployment: [{label: x, f_declared: triple}]\nscales:"),
+    "deployment_subset": ("smoke: {fixed", "smoke: {deployment: [nosuch], fixed"),
 }
 FILES = {
     "syntax.yaml": "rounds: [1, 2\n",
@@ -260,6 +263,13 @@ BENCH = [
     (("bench", "run", "{T}/section_text.yaml"), ["a config section is a mapping such as {name: ...}, got 'ditto'"]),
     (("bench", "run", "{T}/fixed_seed.yaml"), ["seeds are an axis: list them under `seeds:` in a scale"]),
     (("bench", "run", "{T}/checkpoint.yaml"), ["checkpoint_every: expected a number of rounds >= 0"]),
+    (("bench", "run", "{T}/deployment_key.yaml"),
+     ["deployment[0].aggregator: unknown key; a deployment entry has label, system, f_declared"]),
+    (("bench", "run", "{T}/deployment_f.yaml"),
+     ["deployment[0].f_declared: f_declared is the server's f relative to the trial's: one of half, exact, double; "
+      "got 'triple'"]),
+    (("bench", "run", "{T}/deployment_subset.yaml"),
+     ["scales.smoke.deployment[0]: unknown deployment label 'nosuch'; the suite defines: synchronous"]),
     (("bench", "run", "smoke", "--scale", "huge"), ["invalid choice: 'huge' (choose from 'smoke', 'quick', 'paper')"]),
     ((*SMOKE, "--dataset", "nosuch"), ["--dataset 'nosuch' is neither a dataset of scale 'smoke'", "choose one of"]),
     ((*SMOKE, "--seeds", "0,x"), ["argument --seeds: seeds are comma-separated integers, got '0,x'"]),

@@ -28,7 +28,7 @@ from fedarena.privacy.compatibility import privacy_tags
 from fedarena.simulation.costs import cost_metrics
 from fedarena.simulation.metrics import plugin_metric_directions
 from fedarena.suites.grid import TrialSpec
-from fedarena.suites.spec import NO_PRIVACY
+from fedarena.suites.spec import NO_PRIVACY, SYNCHRONOUS
 from fedarena.tracking.notes import NOTE_TAG, run_note
 from fedarena.tracking.runs import (
     BACKEND_USED,
@@ -91,6 +91,8 @@ def identity_tags(spec: TrialSpec, versions: dict[str, str]) -> dict[str, str]:
         tags.update(select_group=spec.select_group, select_by=spec.select_by, variant=spec.variant)
     if spec.privacy_label != NO_PRIVACY:  # runs without the tag read as none (the tables' ``privacy_label``)
         tags["privacy_label"] = spec.privacy_label
+    if spec.deployment_label != SYNCHRONOUS:  # likewise: runs without it read as synchronous
+        tags["deployment_label"] = spec.deployment_label
     tags.update(_privacy_tags(json.dumps({"method": spec.config.method, "aggregator": spec.config.aggregator},
                                          sort_keys=True, default=str)))
     if plugin_metric_directions():

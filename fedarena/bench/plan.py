@@ -13,7 +13,7 @@ from fedarena.bench.preflight import Preflight
 from fedarena.bench.progress import Printer
 from fedarena.datasets.files.fetch import info, info_text
 from fedarena.errors import ConfigError
-from fedarena.suites.grid import TrialSpec
+from fedarena.suites.grid import Excluded, TrialSpec
 from fedarena.suites.tuned_labels import TUNED, tuned_under_default_label
 from fedarena.tracking.location import sqlite_path
 from fedarena.tracking.runs import (
@@ -190,6 +190,28 @@ def print_plan(plan: dict[str, Planned], checked: Preflight, printer: Printer, p
     missing = sorted({data_key(p)[0] for p in plan.values() if data_key(p) not in present})
     if missing:
         printer.emit(f"data not here for: {', '.join(missing)} (see `fedarena data info NAME`)")
+
+
+def excluded_lines(excluded: list[Excluded], each: bool) -> list[str]:
+    """The grid points the suite's deployment entries exclude, with their reasons: one line each (``each``, a dry
+    run's plan), else one line per reason with its count and an example."""
+    if not excluded:
+        return []
+    head = [f"{len(excluded)} grid point(s) excluded: undefined under their deployment, or the same trial as "
+            f"another deployment's (the tables show why)"]
+    if each:
+        return head + [f"  excluded {point.name}: {point.reason}" for point in excluded]
+    reasons: dict[tuple[str, str], list[Excluded]] = {}
+    for point in excluded:
+        reasons.setdefault((point.deployment_label, _general(point)), []).append(point)
+    return head + [f"  {len(points)} of {deployment}: {why} (e.g. {points[0].name})"
+                   for (deployment, why), points in reasons.items()]
+
+
+def _general(point: Excluded) -> str:
+    """A reason without the trial it names (a same-trial reason names the trial kept)."""
+    same = f": the same trial as {point.same_as}'s" if point.same_as else ""
+    return point.reason.split(": the same trial as ")[0] + same
 
 
 def lock_folder(uri: str, storage: str | Path) -> Path:

@@ -50,6 +50,7 @@ from fedarena.bench.plan import (
     check_data,
     check_free_space,
     data_key,
+    excluded_lines,
     lock_folder,
     plan_trials,
     print_plan,
@@ -63,7 +64,7 @@ from fedarena.bench.trainable import auto_checkpoint_every, packed_payloads, run
 from fedarena.contracts import load_checked
 from fedarena.plugins import shipped
 from fedarena.simulation.experiment import code_version
-from fedarena.suites.grid import TrialSpec, expand
+from fedarena.suites.grid import Excluded, TrialSpec, expand_grid
 from fedarena.suites.parse import load_suite
 from fedarena.suites.spec import Suite
 from fedarena.suites.tuned import with_tuned
@@ -126,6 +127,7 @@ class BenchSummary:
     not_started: int = 0  # planned trials an interrupted benchmark never started
     reused: int = 0  # trials another suite computed: copied from its runs
     stale: int = 0  # finished runs of the suite's trials at other component versions (run again)
+    excluded: int = 0  # grid points its deployment entries exclude (undefined, or the same trial as another's)
 
     @property
     def ok(self) -> bool:
@@ -196,7 +198,8 @@ def run_bench(options: BenchOptions, printer: Printer | None = None, suite: Suit
     if options.tuned is not None:
         suite = with_tuned(suite, options.scale, options.tuned)
     device = "cuda" if options.gpus_per_trial > 0 else "cpu"
-    specs = expand(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
+    grid = expand_grid(suite, options.scale, dataset=options.dataset, seeds=options.seeds, device=device)
+    specs = grid.trials
     with env_vars(**{name: os.environ.get(name, value) for name, value in HTTP_RETRIES.items()}):
         store, uri = open_store(options.tracking_uri, suite.name)
         folder = lock_folder(uri, options.storage)
@@ -205,7 +208,7 @@ def run_bench(options: BenchOptions, printer: Printer | None = None, suite: Suit
         if not options.dry_run:
             lock.acquire(redact(uri))
         try:
-            return _plan_and_run(options, suite, specs, store, uri, printer, claims)
+            return _plan_and_run(options, suite, specs, store, uri, printer, claims, grid.excluded)
         finally:
             if not options.dry_run:
                 claims.release()
@@ -213,7 +216,7 @@ def run_bench(options: BenchOptions, printer: Printer | None = None, suite: Suit
 
 
 def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: RunStore, uri: str,
-                  printer: Printer, claims: Claims) -> BenchSummary:
+                  printer: Printer, claims: Claims, excluded: list[Excluded] = ()) -> BenchSummary:
     with claims.planning():  # no claim is released between reading the store and reading the claims
         own = store.runs()
         planned = plan_trials(specs, own, None, options.retry_failed)
@@ -223,12 +226,15 @@ def _plan_and_run(options: BenchOptions, suite, specs: list[TrialSpec], store: R
         claimed = claims.others() if options.dry_run else claims.claim(plan)
     waiting = {h: plan.pop(h) for h in claimed if h in plan}
     summary = BenchSummary(len(specs), planned.skipped, planned.resumed, tracking_uri=redact(uri),
-                           skipped_failed=len(planned.failed), reused=len(planned.reuse), stale=len(planned.stale))
+                           skipped_failed=len(planned.failed), reused=len(planned.reuse), stale=len(planned.stale),
+                           excluded=len(excluded))
     reused = f"{len(planned.reuse)} finished by other suites (reused), " if planned.reuse else ""
     printer.emit(f"suite {suite.name!r} at scale {options.scale!r}: {len(specs)} trials; {planned.skipped} already "
                  f"finished in {redact(uri)} (skipped), {reused}{planned.resumed} to resume, "
                  f"{len(plan) - planned.resumed} new"
                  + (f", {len(waiting)} computed by another running benchmark (waited for)" if waiting else ""))
+    for line in excluded_lines(excluded, each=options.dry_run):
+        printer.emit(line)
     if planned.stale:
         printer.emit(stale_summary(planned.stale))
     if planned.failed:

@@ -26,7 +26,9 @@ from fedarena.leaderboards.cells import (
     select_scale,
     split_status,
 )
-from fedarena.leaderboards.figures import write_figures
+from fedarena.leaderboards.deployment_figure import write_deployment_figures
+from fedarena.leaderboards.deployment_table import deployment_facts, deployment_table, grid_exclusions
+from fedarena.leaderboards.figures import in_the_lab, write_figures
 from fedarena.leaderboards.paper import paper_datasets, reproduction_table
 from fedarena.leaderboards.privacy_figure import write_privacy_figures
 from fedarena.leaderboards.render import FORMATS, render
@@ -121,9 +123,11 @@ def leaderboard_tables(
     scale: str | None = None,
     specs: tuple[TableSpec, ...] = SPECS,
     paper: pd.DataFrame | None = None,
+    excluded: pd.DataFrame | None = None,
 ) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
     """(tables, aggregated cells, prepared runs) from a frame of runs; tables without data are skipped.
-    The cells are those the tables show: a selected method's chosen variant under its group's label."""
+    The cells are those the tables show: a selected method's chosen variant under its group's label. ``excluded``:
+    the grid points a deployment axis excludes, with their reasons (``deployment_table.grid_exclusions``)."""
     prepared, notes = prepare_runs(runs, scale)
     if prepared.empty:
         raise LeaderboardError(f"no finished runs to tabulate ({'; '.join(notes) or 'no runs'})")
@@ -131,8 +135,12 @@ def leaderboard_tables(
     tables = [t for spec in specs if (t := build_table(cells, spec, notes)) is not None]
     for table in tables:  # where a selected row is shown, say which variant each column holds
         table.footnotes += [note for group, note in choices if group in set(table.tidy["method_label"])]
-    view = reproduction_table(cells, notes, paper)
-    return tables + selection_tables(variants) + ([view] if view is not None else []), cells, prepared
+    view = reproduction_table(in_the_lab(cells), notes, paper)  # the papers ran the synchronous lab
+    deployed = deployment_table(cells, excluded, deployment_facts(prepared))
+    if deployed is not None:
+        deployed.footnotes += notes
+    extra = [t for t in (deployed, view) if t is not None]
+    return tables + selection_tables(variants) + extra, cells, prepared
 
 
 def suite_tables(suite: str, tracking_uri: str, *, ci: bool = True, scale: str | None = None
@@ -142,7 +150,7 @@ def suite_tables(suite: str, tracking_uri: str, *, ci: bool = True, scale: str |
     how to fill it (the reader's own errors already do)."""
     runs = read_runs(tracking_uri, suite)
     try:
-        return leaderboard_tables(runs, ci=ci, scale=scale)
+        return leaderboard_tables(runs, ci=ci, scale=scale, excluded=grid_exclusions(suite, runs, scale))
     except LeaderboardError as err:  # leaderboard_tables' only error: no finished runs
         raise LeaderboardError(f"suite {suite!r} in {tracking_uri}: {err}; {fill_hint(suite)}") from None
 
@@ -184,10 +192,12 @@ def build_leaderboards(
 
 
 def figure_files(tracking_uri: str, cells: pd.DataFrame, shown: pd.DataFrame, out: Path) -> list[Path]:
-    """Figure 3, Figure 5 and the learning curves of the runs the tables show (``chosen_runs``), and the
-    privacy-utility figure of a suite with a privacy axis, as PNG files in ``out``."""
+    """Figure 3, Figure 5 and the learning curves of the runs the tables show (``chosen_runs``), the
+    privacy-utility figure of a suite with a privacy axis and the deployment figure of one with a deployment axis,
+    as PNG files in ``out``."""
     history = read_histories(tracking_uri, list(shown["run_id"]))
-    return write_figures(cells, shown, history, out) + write_privacy_figures(cells, out)
+    return (write_figures(cells, shown, history, out) + write_privacy_figures(cells, out)
+            + write_deployment_figures(cells, deployment_facts(shown), out))
 
 
 def leaderboard(suite: str, format: str = "markdown", out: str | Path = "leaderboards", *,

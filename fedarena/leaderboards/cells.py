@@ -1,8 +1,9 @@
 """Runs -> table cells: seeds of one cell averaged, incomparable runs refused.
 
 A *position* is where a number sits in a paper table: (dataset_label, method_label, attack_label,
-level, privacy_label; the last is ``none`` outside a suite with a privacy axis). The runs at one position are the seeds of one cell (one ``cell_hash``). They are averaged
-only when they share the data fingerprint, the component versions and the config; otherwise the cell is
+level, privacy_label, deployment_label; the privacy label is ``none`` outside a suite with a privacy axis, the
+deployment label ``synchronous`` outside one with a deployment axis). The runs at one position are the seeds of one
+cell (one ``cell_hash``). They are averaged only when they share the data fingerprint, the component versions and the config; otherwise the cell is
 marked ``mixed`` and its note says which values disagree (the leaderboard never averages
 incomparable runs).
 
@@ -32,7 +33,8 @@ from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.simulation.properties import RUN_PROPERTIES
 from fedarena.suites.dataset_labels import shown_label
 
-POSITION = ("dataset_label", "method_label", "attack_label", "level", "privacy_label")
+POSITION = ("dataset_label", "method_label", "attack_label", "level", "privacy_label", "deployment_label")
+DEFAULT_LABELS = {"privacy_label": "none", "deployment_label": "synchronous"}  # what a run without the tag reads as
 
 # The engine's metric registry says which direction is better; ``diverged`` is a flag, not a table value.
 HIGHER_IS_BETTER = {name: higher for name, higher in METRIC_DIRECTIONS.items() if name != "diverged"}
@@ -74,8 +76,9 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
         elif param in out:
             out[label] = out[label].fillna(out[param])
     out["attack_label"] = out["attack_label"].replace({"none": "clean"})
-    privacy = out["privacy_label"] if "privacy_label" in out else pd.Series(np.nan, index=out.index, dtype=object)
-    out["privacy_label"] = privacy.fillna("none").astype(str)  # runs without a privacy axis: none
+    for key, default in DEFAULT_LABELS.items():  # runs of a suite without the axis: its one default entry
+        given = out[key] if key in out else pd.Series(np.nan, index=out.index, dtype=object)
+        out[key] = given.fillna(default).astype(str)
     if "dataset.name" in out:
         names = out["dataset.name"].fillna(out["dataset_label"]).astype(str)
         known = paper_datasets()  # a label naming a published dataset must be the dataset run
@@ -91,6 +94,12 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
         if metric in out:
             out[metric] = pd.to_numeric(out[metric], errors="coerce")
     return out
+
+
+def with_default_labels(runs: pd.DataFrame) -> pd.DataFrame:
+    """A frame of runs with the axes it lacks at their one default entry (a frame made before the axis existed)."""
+    missing = {key: default for key, default in DEFAULT_LABELS.items() if key not in runs}
+    return runs.assign(**missing) if missing else runs
 
 
 def _diverged(runs: pd.DataFrame) -> pd.Series:
@@ -147,7 +156,7 @@ def newest_cells(runs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     earlier cell were left out."""
     if "cell_hash" not in runs or "start_time" not in runs or runs.empty:
         return runs, 0
-    keyed = runs[runs["cell_hash"].notna()]
+    keyed = with_default_labels(runs[runs["cell_hash"].notna()])
     newest = keyed.groupby([*POSITION, "cell_hash"], dropna=False, sort=False)["start_time"].max().reset_index()
     newest = newest.sort_values("start_time", kind="stable").drop_duplicates(list(POSITION), keep="last")
     current = set(newest["cell_hash"])
@@ -239,7 +248,7 @@ def aggregate(
     ``SPARSE`` metric some run has,
     ``<metric>_n`` (the seeds with a value; 0 in mixed cells). ``runs`` must be normalized finished runs.
     """
-    runs = _with_derived(runs)
+    runs = _with_derived(with_default_labels(runs))
     values_of = (*METRICS, *recorded_metrics(runs), *DERIVED, *(p for p in RUN_PROPERTIES if p in runs))
     counted = tuple(m for m in SPARSE if m in runs and np.isfinite(runs[m].to_numpy(dtype=float)).any())
     rows = []

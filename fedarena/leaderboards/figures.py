@@ -150,9 +150,10 @@ def write_figures(
     cells: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, out_dir: Path
 ) -> list[Path]:
     """Every figure that has data, per dataset: figure3_<ds>.png, figure5_<ds>.png, curves_<ds>.png, of the
-    runs without differential privacy (a suite's privacy axis has its own figure, ``privacy_figure``)."""
+    runs without differential privacy in the synchronous lab (a suite's privacy and deployment axes have their own
+    figures, ``privacy_figure`` and ``deployment_figure``)."""
     colors = palette(cells["method_label"])
-    cells, runs = without_privacy(cells), without_privacy(runs)
+    cells, runs = in_the_lab(without_privacy(cells)), in_the_lab(without_privacy(runs))
     paths = []
     for dataset in ordered_values(cells, "dataset_label"):
         stem = file_stem(dataset)
@@ -181,6 +182,11 @@ def write_figures(
 def without_privacy(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows of the privacy axis's ``none`` entry (all rows of a suite without the axis)."""
     return frame[frame["privacy_label"] == "none"] if "privacy_label" in frame else frame
+
+
+def in_the_lab(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the deployment axis's ``synchronous`` entry (all rows of a suite without the axis)."""
+    return frame[frame["deployment_label"] == "synchronous"] if "deployment_label" in frame else frame
 
 
 def file_stem(dataset: str) -> str:

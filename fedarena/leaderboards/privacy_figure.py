@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, ordered_values, palette, run_on  # noqa: E402
+from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, in_the_lab, ordered_values, palette, run_on  # noqa: E402
 from fedarena.leaderboards.tables import delta_text, setting_label, sort_key  # noqa: E402
 
 NO_DP = "none"
@@ -44,6 +44,7 @@ def privacy_data(cells: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """One dataset's cells of a suite with a privacy axis (empty where no cell reports an epsilon)."""
     if "epsilon" not in cells or "privacy_label" not in cells:
         return cells.iloc[0:0]
+    cells = in_the_lab(cells)  # a suite that also varies the deployment: the privacy axis in the synchronous lab
     part = cells[(cells["dataset_label"] == dataset) & np.isfinite(cells["acc_pooled"])]
     if AUDITED in part:  # an audited cell is another setting (its rounds count the canaries): its own table
         part = part[pd.to_numeric(part[AUDITED], errors="coerce").isna()]

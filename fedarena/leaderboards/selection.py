@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER
-from fedarena.leaderboards.specs import TableSpec, fraction, significance_notes
+from fedarena.leaderboards.specs import TableSpec, fraction, significance_notes, tidy_frame
 from fedarena.leaderboards.tables import Table, pivot, setting_label, sort_key
 
 
@@ -98,7 +98,7 @@ def selection_tables(variants: pd.DataFrame) -> list[Table]:
                  "±: half-width of the 95% Student-t confidence interval over seeds (none with one seed)."]
         notes += significance_notes(blocks, TableSpec("selection", "", bold="mean"))
         title = f"{group}: the variant chosen per column by {by}"
-        tables.append(Table(f"selection_{group}", title, blocks, notes, part.reset_index(drop=True)))
+        tables.append(Table(f"selection_{group}", title, blocks, notes, tidy_frame(part)))
     return tables
 
 

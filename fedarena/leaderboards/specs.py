@@ -275,7 +275,7 @@ def block_title(keys: tuple[str, ...], values: tuple, deltas: dict[str, str] | N
 def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | None = None) -> Table | None:
     """The table of ``spec`` from aggregated cells, or None when none of its cells has runs."""
     selected = select(cells, spec)
-    spec = with_privacy_blocks(spec, selected)
+    spec = with_axis_blocks(spec, selected)
     shown, described, worst_notes = with_worst(selected, spec)
     if shown.empty:
         return None
@@ -291,7 +291,16 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
     notes = table_notes(described, spec) + worst_notes + significance_notes(shown_blocks, spec)
     notes += privacy_notes(described) if "privacy_label" in (*spec.column_by, *spec.block_by) else []
     notes += secure_notes + list(footnotes or [])
-    return Table(spec.name, spec.title, shown_blocks, notes, shown.reset_index(drop=True))
+    return Table(spec.name, spec.title, shown_blocks, notes, tidy_frame(shown))
+
+
+def tidy_frame(shown: pd.DataFrame) -> pd.DataFrame:
+    """The numbers behind a table (its CSV); the deployment label only where a suite has the axis, so that the
+    CSVs of suites without one stay as they were."""
+    tidy = shown.reset_index(drop=True)
+    if "deployment_label" in tidy and (tidy["deployment_label"] == "synchronous").all():
+        tidy = tidy.drop(columns="deployment_label")
+    return tidy
 
 
 def block_deltas(frame: pd.DataFrame, keys: tuple[str, ...], values: tuple) -> dict[str, str]:
@@ -317,13 +326,14 @@ def mark_rows(blocks: list[Block], marked: set[str]) -> list[str]:
     return [SECURE_EXPLAINED] if hit else []
 
 
-def with_privacy_blocks(spec: TableSpec, selected: pd.DataFrame) -> TableSpec:
-    """A table that does not lay out the privacy axis, over cells of several privacy labels (a suite with a
-    privacy axis): one block per label, so that no two are shown as one cell."""
-    laid_out = "privacy_label" in (*spec.column_by, *spec.block_by)
-    if laid_out or "privacy_label" not in selected or selected["privacy_label"].nunique() < 2:
-        return spec
-    return replace(spec, block_by=(*spec.block_by, "privacy_label"))
+def with_axis_blocks(spec: TableSpec, selected: pd.DataFrame) -> TableSpec:
+    """A table that does not lay out the privacy (or deployment) axis, over cells of several privacy (deployment)
+    labels (a suite with that axis): one block per label, so that no two are shown as one cell."""
+    for key in ("privacy_label", "deployment_label"):
+        laid_out = key in (*spec.column_by, *spec.block_by)
+        if not laid_out and key in selected and selected[key].nunique() >= 2:
+            spec = replace(spec, block_by=(*spec.block_by, key))
+    return spec
 
 
 def with_worst(selected: pd.DataFrame, spec: TableSpec) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:

@@ -61,16 +61,23 @@ def worst_cells(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"{where} on {dataset}: over {', '.join(label('attack_label', a) for a in names)}.")
         at = (cells["dataset_label"] == dataset) & (cells["level"] == level)
         here = cells[at & cells["attack_label"].isin(names)]
-        for (method, private), part in here.groupby(["method_label", "privacy_label"], sort=False):
+        axes = [key for key in ("method_label", "privacy_label", "deployment_label") if key in here]
+        for key, part in here.groupby(axes, sort=False):
             ran = [a for a in names if a in set(part["attack_label"])]
             if len(ran) >= 2 and (row := worst_row(part)) is not None:
                 rows.append(row)
             if len(ran) < len(names):
-                shown = str(method) if private == "none" else f"{method} ({private})"
-                notes.append(coverage_note(where, dataset, shown, ran, names))
+                notes.append(coverage_note(where, dataset, row_text(dict(zip(axes, key, strict=True))), ran, names))
     if not rows:
         return cells.iloc[0:0].assign(worst_attack=pd.Series(dtype=str)), []
     return pd.DataFrame(rows, columns=[*cells.columns, "worst_attack"]), [EXPLAINED, *notes]
+
+
+def row_text(labels: dict[str, str]) -> str:
+    """A row as a note names it: the method, with its privacy and deployment labels where not the defaults."""
+    others = [str(labels[k]) for k, default in (("privacy_label", "none"), ("deployment_label", "synchronous"))
+              if labels.get(k, default) != default]
+    return str(labels["method_label"]) + (f" ({', '.join(others)})" if others else "")
 
 
 def coverage_note(where: str, dataset: str, method: str, ran: list[str], names: list[str]) -> str:

@@ -26,7 +26,8 @@ from fedarena.battery.definition import NAME as BATTERY
 from fedarena.battery.harness import cards_table, report_cards
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
-from fedarena.leaderboards.figures import file_stem, without_privacy
+from fedarena.leaderboards.deployment_table import NAME as DEPLOYMENT
+from fedarena.leaderboards.figures import file_stem, in_the_lab, without_privacy
 from fedarena.leaderboards.selection import chosen_runs
 from fedarena.leaderboards.specs import BACKDOOR, PRIVACY, PRIVACY_AUDIT, WORST_CASE
 from fedarena.leaderboards.tables import Table
@@ -65,18 +66,22 @@ def figures(uri: str, cells: pd.DataFrame, prepared: pd.DataFrame, folder: Path)
     shown = chosen_runs(prepared, cells)
     paths = figure_files(uri, cells, shown, folder)
     clients, missing = read_client_tables(uri, list(shown["run_id"]))
-    return paths + write_device_figures(without_privacy(cells), without_privacy(shown), clients, folder), missing
+    lab_cells, lab_runs = in_the_lab(without_privacy(cells)), in_the_lab(without_privacy(shown))
+    return paths + write_device_figures(lab_cells, lab_runs, clients, folder), missing
 
 
 def ordered_figures(paths: list[Path]) -> list[Path]:
-    """Per dataset: Figure 3, Figure 5, learning curves, device accuracies, privacy against accuracy."""
-    kinds = ("figure3", "figure5", "curves", "devices", "privacy")
+    """Per dataset: Figure 3, Figure 5, learning curves, device accuracies, privacy against accuracy, the
+    deployments' worst case."""
+    kinds = ("figure3", "figure5", "curves", "devices", "privacy", "deployment")
     return sorted(paths, key=lambda p: (p.stem.split("_", 1)[1], kinds.index(p.stem.split("_", 1)[0])))
 
 
 def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
              cards: list[Table] | None = None, tuning: list[Path] | None = None) -> list[Section]:
-    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY, PRIVACY_AUDIT)]
+    boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY, PRIVACY_AUDIT,
+                                                  DEPLOYMENT)]
+    deployment = [t for t in tables if t.name == DEPLOYMENT]  # a suite with a deployment axis
     privacy = [t for t in tables if t.name in (PRIVACY, PRIVACY_AUDIT)]  # a suite with a privacy axis; its audit
     view = [t for t in tables if t.name == REPRODUCTION]
     worst = [t for t in tables if t.name == WORST_CASE]
@@ -92,6 +97,7 @@ def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFra
         Section("worst-case", "Worst case over attacks", table_lines(worst) if worst else no_worst),
         *([Section("backdoor", "Backdoor attacks", table_lines(backdoor))] if backdoor else []),
         *([Section("privacy", "Privacy", table_lines(privacy))] if privacy else []),
+        *([Section("deployment", "Deployment", table_lines(deployment))] if deployment else []),
         Section("reproduction", "Reproduction of the papers", table_lines(view) if view else no_view),
         Section("figures", "Figures", figure_lines(ordered_figures(figure_paths)) + no_clients),
         *([Section("tuning", "Tuning", figure_lines(tuning))] if tuning else []),

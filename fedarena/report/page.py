@@ -34,6 +34,9 @@ CAPTIONS = {
     "privacy": "Privacy vs accuracy: benign test accuracy (solid) and the worst 10% of devices' (dashed) against the "
                "epsilon spent, at the delta its axis names (log scale; ∞: clipped without noise; no DP); dotted: a "
                "method that shares nothing.",
+    "deployment": "Deployment under attack: each method's worst benign test accuracy over the attacks against the "
+                  "failure rate and against the share of stragglers (their partial work dropped: solid; included: "
+                  "dashed), from the synchronous lab at 0.",
 }
 
 

@@ -2,7 +2,7 @@
 
 A suite names the axes of a grid (methods, attacks, the datasets of each scale), with a label for every
 entry; the format is documented in ``spec`` (its types). ``parse`` reads a file into a ``Suite``, ``select`` its
-chosen variants, ``validate`` its names against the registries, ``grid`` its trials, ``tuned`` a frozen tuning's
+chosen variants, ``deployment`` its deployment axis (the system section and the declared f), ``validate`` its names against the registries, ``grid`` its trials, ``tuned`` a frozen tuning's
 values, ``tuned_labels`` and ``dataset_labels`` the label rules, ``published`` the paper tables it may reproduce, and
 ``order`` the order the tables show the labels in. The bench runs suites, the battery and the tuner build theirs,
 the leaderboards read their order: all from here. A file is read once (``suite_data``), whoever reads it.

@@ -1,6 +1,6 @@
 """The order labels are shown in: the order the registered suites list them.
 
-Each suite lists its methods, its attacks, its privacy levels (if any) and, per scale, its datasets; a table's rows, columns and blocks
+Each suite lists its methods, its attacks, its privacy levels and deployments (if any) and, per scale, its datasets; a table's rows, columns and blocks
 follow those lists, so a component added through a suite is shown where its suite puts it, with no list to
 edit elsewhere. The suites' lists are merged into one order per axis (``merged_order``; suites in
 registration order: the shipped ones by name, then added ones): every suite's order is kept where the
@@ -15,13 +15,14 @@ from pathlib import Path
 
 from fedarena.suites import SUITES, suite_data
 
-AXES = {"method_label": "methods", "attack_label": "attacks", "dataset_label": "datasets", "privacy_label": "privacy"}
+AXES = {"method_label": "methods", "attack_label": "attacks", "dataset_label": "datasets", "privacy_label": "privacy",
+        "deployment_label": "deployment"}
 SCALE_ORDER = ("paper", "quick", "smoke")
 
 
 def listed_labels(data: dict, axis: str) -> list[str]:
-    """The labels one suite's YAML lists on an axis (``methods``, ``attacks``, ``privacy`` or ``datasets``), in
-    order."""
+    """The labels one suite's YAML lists on an axis (``methods``, ``attacks``, ``privacy``, ``deployment`` or
+    ``datasets``), in order."""
     if axis == "datasets":
         scales = _mapping(data.get("scales"))
         entries = [e for s in sorted(scales, key=_scale_rank) for e in _listed(_mapping(scales[s]).get("datasets"))]
@@ -95,8 +96,8 @@ def _order_of(files: tuple[tuple[Path, int], ...]) -> dict[str, tuple[str, ...]]
 
 
 def label_order(key: str) -> tuple[str, ...]:
-    """The labels of a position column (``method_label``, ``attack_label``, ``dataset_label``, ``privacy_label``) in the order
-    the registered suites list them (empty for other keys)."""
+    """The labels of a position column (``method_label``, ``attack_label``, ``dataset_label``, ``privacy_label``,
+    ``deployment_label``) in the order the registered suites list them (empty for other keys)."""
     if key not in AXES:
         return ()
     paths = [SUITES.get(name) for name in SUITES.registered()]

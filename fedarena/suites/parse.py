@@ -10,6 +10,7 @@ from fedarena.config import SECTIONS
 from fedarena.contracts import load_checked
 from fedarena.errors import ConfigError
 from fedarena.suites import SUITES, suite_data
+from fedarena.suites.deployment import parse_deployment
 from fedarena.suites.published import published_tables
 from fedarena.suites.select import all_variants, check_variant_labels, parse_select
 from fedarena.suites.spec import (
@@ -20,6 +21,7 @@ from fedarena.suites.spec import (
     SCALE_KEYS,
     SCALES,
     SUITE_KEYS,
+    SYNCHRONOUS_ENTRY,
     Entry,
     Rule,
     Scale,
@@ -129,9 +131,10 @@ def parse_suite(data: Any, path: Path) -> Suite:
     check_variant_labels(r, methods)
     attacks = _entries(r, data["attacks"], "attacks", kind="attack")
     privacy = _entries(r, data["privacy"], "privacy", kind="privacy") if "privacy" in data else (NO_PRIVACY_ENTRY,)
+    deployment = parse_deployment(r, data["deployment"], "deployment") if "deployment" in data else (SYNCHRONOUS_ENTRY,)
     labels = {"method": {v.label for e in methods for v in all_variants(e)} | {e.label for e in methods},
               "attack": {e.label for e in attacks},  # a selected entry's variants may be named (grid.matches)
-              "privacy": {e.label for e in privacy}}
+              "privacy": {e.label for e in privacy}, "deployment": {e.label for e in deployment}}
     scales_data = r.mapping(data["scales"], "scales", SCALES)
     if not scales_data:
         r.fail("scales", f"define at least one scale; allowed: {', '.join(SCALES)}")
@@ -143,6 +146,7 @@ def parse_suite(data: Any, path: Path) -> Suite:
         _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
         _reproduces(r, data.get("reproduces")), _include(r, data.get("include"), path), privacy=privacy,
+        deployment=deployment,
     )  # fmt: skip
 
 
@@ -227,6 +231,7 @@ def _scale(r: _Reader, value: Any, where: str, name: str, labels: dict[str, set]
         _rules(r, data.get("overrides"), f"{where}.overrides", labels, with_patch=True),
         _checkpoint_every(r, data.get("checkpoint_every"), f"{where}.checkpoint_every"),
         _subset(r, data.get("privacy"), f"{where}.privacy", labels["privacy"], "privacy"),
+        _subset(r, data.get("deployment"), f"{where}.deployment", labels["deployment"], "deployment"),
     )  # fmt: skip
 
 

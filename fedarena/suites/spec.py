@@ -20,6 +20,10 @@ one without a name sets keys inside it)::
       - {label: a1, attack: {name: a1}, levels: [0.2, 0.5, 0.8]}
     privacy:                          # optional axis: label + patch with a ``privacy`` section (default: none)
       - {label: eps10, privacy: {name: central, target_epsilon: 10, clip: 0.5}}
+    deployment:                       # optional axis: label + a ``system`` section and/or ``f_declared``
+      - {label: synchronous}                                  # (default: one entry, synchronous, no patch)
+      - {label: fail0.3, system: {name: synchronous, failure_rate: 0.3}}
+      - {label: f_double, f_declared: double}                 # the server's aggregator.f: half|exact|double
     exclude: [{method: krum, level: 0.8}]            # combinations left out (labels / levels)
     overrides: [{when: {method: ditto, dataset: femnist}, set: {patch}}]
     scales:                           # any of smoke, quick, paper (at least one)
@@ -32,8 +36,17 @@ one without a name sets keys inside it)::
         methods: [global, ditto]      # optional subset of the method labels
         attacks: {clean: null, a1: [0.5]}   # optional subset; a list of levels overrides the suite's
         privacy: [none, eps10]        # optional subset of the privacy labels
+        deployment: [synchronous]     # optional subset of the deployment labels
         exclude: [...]                # optional, added to the suite's
         overrides: [...]
+
+A deployment entry (``fedarena.suites.deployment``) patches only the ``system`` section (how the devices
+behave: failures, stragglers, asynchronous aggregation) and may declare the server's f relative to the trial's:
+``f_declared: exact`` is the f the trial assumes (its ``aggregator.f``, or the expected number of malicious
+devices drawn), ``half`` that f // 2, ``double`` 2 f. A trial a deployment entry makes undefined (its rule's
+requirement on n and f fails) is excluded with its reason, as is one that is the same trial as another
+deployment's (a declared f equal to the trial's own, or a method without global aggregation, where no rule reads
+f); the plan prints them and the tables show their reason (``grid.Excluded``).
 
 A dataset label is the dataset run (``digits``), or a paper's dataset id for a paper's partition of that
 data (``fmnist`` for ``fmnist_fedtilt``); a label that names another dataset is an error
@@ -60,12 +73,14 @@ from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 
 SUITE_KEYS = ("name", "description", "reference", "reproduces", "include", "fixed", "methods", "attacks", "privacy",
-              "exclude", "overrides", "scales")
-SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "privacy", "exclude", "overrides",
-              "checkpoint_every")
+              "deployment", "exclude", "overrides", "scales")
+SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "privacy", "deployment", "exclude",
+              "overrides", "checkpoint_every")
 SELECT_KEYS = ("by", "over", "scales")
-MATCH_KEYS = ("method", "attack", "dataset", "level", "privacy")
+MATCH_KEYS = ("method", "attack", "dataset", "level", "privacy", "deployment")
 NO_PRIVACY = "none"  # the label of the privacy axis's one entry in a suite that lists none
+SYNCHRONOUS = "synchronous"  # the label of the deployment axis's one entry in a suite that lists none
+F_DECLARED = ("half", "exact", "double")  # a deployment entry's f relative to the trial's (``suites.deployment``)
 PATCH_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("seed", "device"))
 LABEL = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
@@ -100,6 +115,7 @@ class Entry:
     select: Selection | None = None
     group: str = ""
     variant: str = ""
+    f_declared: str = ""  # a deployment entry's declared f (one of F_DECLARED; "": the trial's own)
 
     @property
     def row(self) -> str:
@@ -138,9 +154,11 @@ class Scale:
     overrides: tuple[Rule, ...]
     checkpoint_every: int | None = None  # None: the runner's default
     privacy: tuple[str, ...] | None = None  # subset of the suite's privacy labels (None: all)
+    deployment: tuple[str, ...] | None = None  # subset of the suite's deployment labels (None: all)
 
 
 NO_PRIVACY_ENTRY = Entry(NO_PRIVACY, {}, "privacy (none listed: no differential privacy)")
+SYNCHRONOUS_ENTRY = Entry(SYNCHRONOUS, {}, "deployment (none listed: synchronous rounds, the trial's own f)")
 
 
 @dataclass(frozen=True)
@@ -159,3 +177,4 @@ class Suite:
     include: tuple[Path, ...] = ()  # plugin files or packages the suite's components come from
     tags: dict[str, str] = field(default_factory=dict)  # recorded on every run (e.g. the battery's version)
     privacy: tuple[Entry, ...] = (NO_PRIVACY_ENTRY,)  # the privacy axis (one entry, none, where a suite lists none)
+    deployment: tuple[Entry, ...] = (SYNCHRONOUS_ENTRY,)  # the deployment axis (one entry where a suite lists none)

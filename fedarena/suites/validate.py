@@ -1,6 +1,6 @@
 """Checks of a suite against the registries, before Ray starts and without loading any data.
 
-- Entries: every component name (dataset, model, method, attack, aggregator, privacy) is registered and its
+- Entries: every component name (dataset, model, method, attack, aggregator, privacy, system) is registered and its
   hyperparameters match the component's signature, every variant of a ``select`` included, and a
   ``select`` picks by a registered metric (``check_suite_entries``); a dataset label names the dataset run,
   not another one (``check_dataset_labels``, rule in ``fedarena.suites.dataset_labels``).
@@ -62,7 +62,8 @@ def check_suite_entries(suite: Suite) -> None:
     check_dataset_labels(suite)
     check_selections(suite)
     methods = tuple(v for e in suite.methods for v in all_variants(e))
-    patches = [("fixed", suite.fixed)] + [(e.where, e.patch) for e in methods + suite.attacks + suite.privacy]
+    entries = methods + suite.attacks + suite.privacy + suite.deployment
+    patches = [("fixed", suite.fixed)] + [(e.where, e.patch) for e in entries]
     patches += [(rule.where + ".set", rule.patch) for rule in suite.overrides]
     for name, scale in suite.scales.items():
         patches.append((f"scales.{name}.fixed", scale.fixed))

@@ -10,7 +10,8 @@
   ``select``) also has ``select_group`` (the table row), ``select_by`` (the metric that picks the variant)
   and ``variant`` (e.g. ``aggregator.eps=0.5``). ``backend_used`` is the backend that ran the trial (what
   ``backend: auto`` chose; the param ``backend`` says what was asked). A run of a suite's privacy axis
-  (other than ``none``) has ``privacy_label``.
+  (other than ``none``) has ``privacy_label``, and one of its deployment axis (other than ``synchronous``)
+  ``deployment_label`` (and ``f_declared``, half or double, where its entry declares the server's f).
 - Metrics: every metric registered (``simulation.metrics.metric_directions``, a plugin's too) at every evaluation
   round, ``step = round``; NaN values are not logged (e.g. ``acc_malicious`` without malicious clients). The run
   properties (``simulation.properties``: ``epsilon`` under differential privacy) likewise, an infinite one too
@@ -61,7 +62,7 @@ HISTORY_METRIC = "acc_pooled"  # the metric whose history says which rounds a ru
 TAGS = ("config_hash", "config_key", "component_versions", "cell_hash", "suite", "scale", "dataset_fingerprint",
         "git_sha", "fedarena_version", "torch_version", "method_label", "dataset_label", "attack_label", "level",
         "diverged", "dataset_name", "select_group", "select_by", "variant", "backend_used", "privacy_label",
-        "identity_folds", "runs_under_secure_aggregation", "runs_under_central_dp")
+        "deployment_label", "f_declared", "identity_folds", "runs_under_secure_aggregation", "runs_under_central_dp")
 REUSED_FROM_SUITE, USED_BY = "reused_from_suite", "used_by"  # REUSED_FROM: ``tracking.reading``
 METRIC_DIRECTIONS_TAG = "metric_directions"  # JSON {metric: higher is better} of the plugins' metrics a run logged
 BACKEND_USED = "backend_used"  # the backend that ran (what ``backend: auto`` chose), tagged with the first report
@@ -92,12 +93,14 @@ def run_params(flat_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def run_name(method_label: str, dataset_label: str, attack_label: str, level: float, seed: int,
-             privacy_label: str = "none") -> str:
-    """Readable run (and Ray trial) name, e.g. ``ditto digits a1@0.5 s0``, ``global fmnist clean s1`` or, with
-    differential privacy, ``global digits clean eps10 s0``; the config hash, not this, is the run's identity."""
+             privacy_label: str = "none", deployment_label: str = "synchronous") -> str:
+    """Readable run (and Ray trial) name, e.g. ``ditto digits a1@0.5 s0``, ``global fmnist clean s1``, with
+    differential privacy ``global digits clean eps10 s0``, in another deployment than the synchronous lab
+    ``krum digits alie@0.2 fail0.3 s0``; the config hash, not this, is the run's identity."""
     setting = f"{attack_label}@{level:g}" if level > 0 else attack_label
     private = f" {privacy_label}" if privacy_label != "none" else ""
-    return f"{method_label} {dataset_label} {setting}{private} s{seed}"
+    deployed = f" {deployment_label}" if deployment_label != "synchronous" else ""
+    return f"{method_label} {dataset_label} {setting}{private}{deployed} s{seed}"
 
 
 class RunStore:

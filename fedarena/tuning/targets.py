@@ -9,7 +9,8 @@ it is reported as skipped, with why. A row's space: its method's and aggregator'
 where they register), less the hyperparameters the row sets itself (its label names them, e.g. ``fair_term_t1``),
 plus the shared keys (``space.DEFAULT_SHARED``, the learning rate) and the user's ``--space``. A row's ``select``
 is dropped: the search covers the values it would choose among. A suite with a privacy axis is tuned without
-differential privacy (its ``none`` entry, else its first). Every check runs here, before Ray.
+differential privacy (its ``none`` entry, else its first), one with a deployment axis in the synchronous lab (its
+entry that changes nothing, else its first). Every check runs here, before Ray.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from fedarena.battery.definition import load_battery
 from fedarena.search_space import DEFAULT_SHARED, SHARED, Domain
 from fedarena.sections import KINDS
+from fedarena.suites.deployment import is_default
 from fedarena.suites.grid import expand
 from fedarena.suites.spec import Entry, Suite
 from fedarena.suites.tuned import TuneError
@@ -88,9 +90,9 @@ def targets_of(suite: Suite, scale: str, *, rows: tuple[str, ...] | None = None,
     entries = {m.label: m for m in suite.methods}
     privacy = _without_dp(suite)  # one privacy setting: the search runs without differential privacy where it can
     tuning = replace(suite, methods=tuple(replace(entries[label], select=None) for label in wanted), attacks=attacks,
-                     privacy=(privacy,),
+                     privacy=(privacy,), deployment=(_in_the_lab(suite),),
                      scales={scale: replace(chosen, methods=None, attacks=None, seeds=tuning_seeds(suite),
-                                            privacy=None)})
+                                            privacy=None, deployment=None)})
     specs = expand(tuning, scale)
     targets, skipped = [], {}
     for label in wanted:
@@ -114,6 +116,11 @@ def _without_dp(suite: Suite) -> Entry:
     """The suite's privacy entry without differential privacy (``none``), else its first."""
     return next((p for p in suite.privacy if p.patch.get("privacy", {}).get("name", "none") == "none"),
                 suite.privacy[0])
+
+
+def _in_the_lab(suite: Suite) -> Entry:
+    """The suite's deployment entry that changes nothing (synchronous rounds, the trial's own f), else its first."""
+    return next((d for d in suite.deployment if is_default(d)), suite.deployment[0])
 
 
 def row_space(entry: Entry, config: dict, keys: tuple[str, ...], extra: dict[str, Domain]) -> dict[str, Domain]:

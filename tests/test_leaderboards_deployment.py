@@ -1,0 +1,150 @@
+"""The deployment table and figure (fedarena.leaderboards.deployment_table, deployment_figure) from a hand-made frame
+of runs: worst case over the attacks per deployment, the clean reference, excluded cells with their reasons."""
+
+import pandas as pd
+from test_leaderboards_tables import run, texts
+
+from fedarena.leaderboards.build import leaderboard_tables
+from fedarena.leaderboards.deployment_figure import deployment_data, write_deployment_figures
+from fedarena.leaderboards.deployment_table import (
+    deployment_facts,
+    excluded_frame,
+    grid_exclusions,
+)
+from fedarena.leaderboards.render import render
+from fedarena.leaderboards.specs import SPECS, build_table
+
+SYSTEMS = {"synchronous": ("synchronous", 0.0, 0.0, "drop", ""), "fail0.3": ("synchronous", 0.3, 0.0, "drop", ""),
+           "fail0.6": ("synchronous", 0.6, 0.0, "drop", ""),
+           "straggle0.5_drop": ("synchronous", 0.0, 0.5, "drop", ""),
+           "straggle0.5_include": ("synchronous", 0.0, 0.5, "include", ""),
+           "async_k5": ("asynchronous", 0.0, 0.0, "drop", ""), "f_double": ("synchronous", 0.0, 0.0, "drop", "double")}
+# accuracy of (method, deployment): clean, then under ALIE and Min-Max (each seed +- 0.01)
+ACC = {("global", "synchronous"): (0.90, 0.60, 0.70), ("global", "fail0.3"): (0.88, 0.55, 0.72),
+       ("global", "fail0.6"): (0.85, 0.50, 0.71), ("global", "straggle0.5_drop"): (0.87, 0.58, 0.66),
+       ("global", "straggle0.5_include"): (0.89, 0.61, 0.64), ("global", "async_k5"): (0.86, 0.52, 0.62),
+       ("global", "f_double"): (None, 0.60, 0.70),
+       ("krum", "synchronous"): (0.80, 0.75, 0.78), ("krum", "fail0.3"): (0.79, 0.74, 0.70),
+       ("krum", "fail0.6"): (0.78, 0.40, 0.73), ("krum", "straggle0.5_drop"): (0.79, 0.72, 0.75),
+       ("krum", "straggle0.5_include"): (0.77, 0.65, 0.76), ("krum", "async_k5"): (0.76, 0.70, 0.71),
+       ("krum", "f_double"): (None, None, None)}
+UNDEFINED = "krum scores the n - f - 2 nearest neighbours and needs n - f - 2 >= 1, got n=5, f=4"
+
+
+def deployed_run(method, deployment, attack, seed, acc):
+    name, failure, stragglers, policy, declared = SYSTEMS[deployment]
+    level = 0.0 if attack == "clean" else 0.2
+    tags = {"deployment_label": deployment} if deployment != "synchronous" else {}
+    tags.update({"f_declared": declared} if declared else {})
+    return run("digits", method, attack, level, seed, acc + (0.01 if seed else -0.01), 0.05,
+               cell_hash=f"digits/{method}/{attack}/{level}/{deployment}", **tags, **{
+                   "system.name": name, "system.failure_rate": str(failure), "system.stragglers": str(stragglers),
+                   "system.straggler_policy": policy, **({"system.buffer": "5"} if name == "asynchronous" else {})})
+
+
+RUNS = [deployed_run(m, d, attack, seed, acc) for (m, d), accs in ACC.items()
+        for attack, acc in zip(("clean", "alie", "min_max"), accs, strict=True) if acc is not None for seed in (0, 1)]
+EXCLUDED = excluded_frame(
+    [{"name": "", "method_label": m, "dataset_label": "digits", "attack_label": "clean", "level": 0.0, "seed": s,
+      "privacy_label": "none", "deployment_label": "f_double", "reason": "f declared double is 0 ...",
+      "same_as": "synchronous"} for m in ("global", "krum") for s in (0, 1)]
+    + [{"name": "", "method_label": "krum", "dataset_label": "digits", "attack_label": a, "level": 0.2, "seed": 0,
+        "privacy_label": "none", "deployment_label": "f_double", "reason": UNDEFINED, "same_as": ""}
+       for a in ("alie", "min_max")])
+
+
+def tables(runs=RUNS, excluded=EXCLUDED):
+    found, cells, prepared = leaderboard_tables(pd.DataFrame(runs), ci=False, excluded=excluded)
+    return {t.name: t for t in found}, cells, prepared
+
+
+def test_the_table_holds_each_rows_worst_case_and_clean_accuracy_per_deployment():
+    # Execute
+    table = tables()[0]["deployment"]
+    # Assert: a clean block and a worst-case block, one column per deployment in the suite's order
+    clean, worst = table.blocks
+    assert (clean.title, worst.title) == ("digits clean", "digits worst@20%")
+    assert worst.header == ["method", "synchronous", "fail0.3", "fail0.6", "straggle0.5_drop", "straggle0.5_include",
+                            "async_k5", "f_double"]
+    rows = {row[0]: row[1:] for row in texts(worst)}
+    assert rows["global"][:3] == [".600 [alie]", ".550 [alie]", "**.500 [alie]**"]
+    assert rows["global"][4] == ".610 [alie]" and rows["krum"][4] == "**.650 [alie]**"  # straggle0.5_include
+    assert rows["krum"][1] == "**.700 [min_max]**" and rows["krum"][2] == ".400 [alie]"
+    assert rows["krum"][6] == f"undefined: {UNDEFINED}"
+
+
+def test_a_cell_that_is_the_same_trial_as_the_synchronous_one_shows_its_numbers():
+    # Execute
+    clean = tables()[0]["deployment"].blocks[0]
+    # Assert: f = 0 without attackers: f_double's clean cells are the synchronous trials
+    rows = {row[0]: row[1:] for row in texts(clean)}
+    assert rows["global"][0] == "**.900**" and rows["global"][-1] == "**.900 (= synchronous)**"
+    assert rows["krum"][-1] == ".800 (= synchronous)"
+
+
+def test_the_notes_say_what_each_deployment_is_and_what_a_cell_means():
+    # Execute
+    table = tables()[0]["deployment"]
+    # Assert
+    notes = "\n".join(table.footnotes)
+    assert "fail0.3: synchronous, failure rate 0.3." in notes
+    assert "straggle0.5_include: synchronous, 0.5 stragglers, their partial work included." in notes
+    assert "async_k5: asynchronous buffered aggregation (FedBuff) of the first 5 arrivals." in notes
+    assert "f_double: synchronous rounds, every drawn device reports; the server declares twice the f" in notes
+    assert "undefined: the deployment makes the row's rule undefined there" in notes
+    assert "(= d): the same trial as deployment d's" in notes and "worst@20% on digits: over Min-Max" not in notes
+    assert "| method | synchronous | fail0.3 |" in render(table, "markdown") and render(table, "csv")
+
+
+def test_without_a_deployment_axis_there_is_no_deployment_table_and_the_csv_has_no_new_column():
+    # Prepare
+    runs = [r for r in RUNS if "deployment_label" not in r]
+    # Execute
+    found, _, _ = tables(runs, None)
+    # Assert
+    assert "deployment" not in found
+    assert "deployment_label" not in found["full"].tidy.columns and "privacy_label" in found["full"].tidy.columns
+
+
+def test_a_generic_table_shows_each_deployment_in_a_block_of_its_own():
+    # Execute
+    _, cells, _ = tables()
+    full = build_table(cells, next(s for s in SPECS if s.name == "full"))
+    # Assert
+    assert [b.title for b in full.blocks][:2] == ["digits synchronous", "digits fail0.3"]
+
+
+def test_the_facts_of_each_deployment_come_from_its_runs():
+    # Execute
+    facts = deployment_facts(tables()[2]).set_index("deployment_label")
+    # Assert
+    assert facts.loc["fail0.6", "failure_rate"] == 0.6 and facts.loc["f_double", "f_declared"] == "double"
+    assert facts.loc["straggle0.5_include", "straggler_policy"] == "include"
+    assert facts.loc["synchronous", "system_name"] == "synchronous" and facts.loc["async_k5", "f_declared"] == ""
+
+
+def test_the_figure_places_the_failure_rates_and_the_stragglers_from_the_lab(tmp_path):
+    # Prepare
+    _, cells, prepared = tables()
+    facts = deployment_facts(prepared)
+    # Execute
+    data = deployment_data(cells, facts, "digits")
+    paths = write_deployment_figures(cells, facts, tmp_path)
+    # Assert: asynchronous and declared-f deployments are the table's only
+    assert set(data["deployment_label"]) == {"synchronous", "fail0.3", "fail0.6", "straggle0.5_drop",
+                                             "straggle0.5_include"}
+    krum = data[data["method_label"] == "krum"].set_index("deployment_label")["acc_pooled"]
+    assert krum["fail0.6"] == 0.40 and krum["straggle0.5_include"] == 0.65
+    assert [p.name for p in paths] == ["deployment_digits.png"] and paths[0].stat().st_size > 10_000
+
+
+def test_exclusions_are_read_from_the_shipped_suite_only_for_runs_with_the_axis():
+    # Prepare: runs of the shipped deployment suite's smoke scale
+    runs = pd.DataFrame([{"scale": "smoke", "deployment_label": "f_double"}])
+    # Execute
+    excluded = grid_exclusions("deployment", runs)
+    # Assert: Krum's doubled f under ALIE at 40%, and the clean cells of f_double (the synchronous trials)
+    assert set(zip(excluded["method_label"], excluded["attack_label"], excluded["same_as"], strict=True)) == {
+        ("krum", "alie", ""), ("global", "clean", "synchronous"), ("krum", "clean", "synchronous")}
+    assert grid_exclusions("deployment", pd.DataFrame([{"scale": "smoke"}])).empty
+    assert grid_exclusions("no_such_suite", runs).empty
