@@ -108,10 +108,9 @@ class ExperimentConfig:
     def system_is_default(self) -> bool:
         """Whether the system section is the lab's synchronous rounds (every drawn device reports): no number
         changes, and the section is no part of the trial's identity."""
-        defaults = {"failure_rate": 0.0, "attackers_fail": False, "availability": None, "stragglers": 0.0,
-                    "straggler_policy": "drop", "on_undefined": "skip"}
+        inactive = {"failure_rate": 0.0, "availability": None, "stragglers": 0.0}  # the others act only through these
         return self.system.get("name") == SYNCHRONOUS and all(
-            self.system.get(key, value) == value for key, value in defaults.items())
+            self.system.get(key, value) == value for key, value in inactive.items())
 
     def legacy_hash(self, exclude: tuple[str, ...] = ()) -> str:
         """What a previous release recorded as the ``config_hash`` of this resolved config (sha256 of the canonical

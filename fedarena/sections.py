@@ -130,11 +130,12 @@ def check_planned_server_rule(cfg: ExperimentConfig) -> None:
         if not method.uses_aggregator:
             check_server_rule(cfg, method, 0, cfg.clients_per_round)
         check_privacy(privacy_from(cfg.privacy), cfg.sampling, method, None, cfg.attack)
-        check_system_privacy(system_from(cfg.system), privacy_from(cfg.privacy).private)
+        check_system_privacy(system_from(cfg.system), privacy_from(cfg.privacy).private,
+                             privacy_from(cfg.privacy).secure_aggregation)
         return
     spec = privacy_from(cfg.privacy)
     check_clients_per_round(cfg.clients_per_round, num_clients, spec.canaries)
     malicious = min(malicious_count(float(cfg.attack.get("level", 0.0)), num_clients), num_clients)
     rule = check_server_rule(cfg, method, malicious, num_clients + spec.canaries)
     check_privacy(spec, cfg.sampling, method, rule, cfg.attack)
-    check_system_privacy(system_from(cfg.system), spec.private)
+    check_system_privacy(system_from(cfg.system), spec.private, spec.secure_aggregation)

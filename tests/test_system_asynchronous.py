@@ -55,12 +55,18 @@ def test_a_server_step_on_a_hand_made_timeline(small_config):
     assert (part["arrival"][2:].numpy() > 5.0).all()
 
 
-def test_buffer_equal_to_concurrency_is_the_synchronous_run(small_config):
-    # K = C = clients_per_round: every update arrives, none is stale, each step's devices are the round's draw
-    sync = run_experiment(small_config(aggregator={"name": "median"}, attack={"name": "a1", "level": 0.2}))
-    both = run_experiment(small_config(aggregator={"name": "median"}, attack={"name": "a1", "level": 0.2},
-                                       system=asynchronous(buffer=5)))
+@pytest.mark.parametrize("method", [{"name": "global"}, {"name": "ditto", "lam": 0.5}])
+def test_buffer_equal_to_concurrency_is_the_synchronous_run(small_config, method):
+    # K = C = clients_per_round: every update arrives, none is stale, each step's devices are the round's draw; after
+    # the last step nobody is dispatched (Ditto's personal models train exactly as many rounds)
+    cfg = dict(method=method, aggregator={"name": "median"}, attack={"name": "a1", "level": 0.2})
+    sync = run_experiment(small_config(**cfg))
+    both = run_experiment(small_config(**cfg, system=asynchronous(buffer=5)))
+    assert both["final"].pop("reports_mean") == 5 and both["final"].pop("rounds_skipped") == 0
+    assert both["final"].pop("attacker_share") == pytest.approx(sum(c["malicious"] for c in both["clients"]) / 20,
+                                                                 abs=0.2)
     assert json.dumps(sync["final"]) == json.dumps(both["final"])  # (json: NaN metrics compare equal)
+    assert json.dumps(sync["clients"]) == json.dumps(both["clients"])
 
 
 def test_a_resumed_asynchronous_run_equals_an_uninterrupted_one(small_config, tmp_path):
@@ -105,6 +111,16 @@ def test_a_method_reading_losses_sends_one_more_number():
     assert cost["bytes_sent"] == 1211 * 4 and cost["bytes_received"] == 1210 * 4
     local = run_experiment(cfg_of({**cfg, "method": {"name": "local"}}))["cost"]
     assert local["bytes_sent"] == local["bytes_received"] == 0
+
+
+
+def test_mocha_devices_send_their_updates(linear_vehicle):
+    # MOCHA has no global rule, but each device's update goes to the server: the linear SVM's 5 weights and a bias
+    cfg = {"dataset": {"name": "vehicle", "data_dir": str(linear_vehicle), "num_clients": 4, "train_sizes": "full"},
+           "method": {"name": "mocha"}, "rounds": 2, "clients_per_round": 2, "local_epochs": 1, "local_steps": 0,
+           "batch_size": 8, "eval_every": 2}
+    mocha = run_experiment(cfg_of(cfg))["cost"]
+    assert mocha["bytes_sent"] == mocha["bytes_received"] == 6 * 4
 
 
 def cfg_of(data):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.simulation.data import drawn_clients
 from fedarena.simulation.engine import (
@@ -19,6 +20,7 @@ from fedarena.simulation.engine import (
     train_group,
 )
 from fedarena.simulation.experiment import run_experiment
+from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.setup import build_trial
 from fedarena.system.base import Availability, SystemSpec, system_from
 from fedarena.system.participation import Participation, availability_probability, device_phases
@@ -171,3 +173,55 @@ def test_differential_privacy_refuses_partial_participation(small_config):
     trial = build_trial(small_config(privacy=dp, sampling="uniform", rounds=2,
                                      system={"name": "synchronous", "stragglers": 0.5, "straggler_policy": "include"}))
     assert simulate(trial)[0].round == 2
+
+
+def test_attackers_straggle_only_where_asked():
+    ids = np.arange(0, 400, 20)  # 4 attackers among 20
+    shy = Participation.of(spec(stragglers=0.5), 5, BAD)
+    bold = Participation.of(spec(stragglers=0.5, attackers_straggle=True), 5, BAD)
+    assert not any(shy.stragglers(ids, r)[BAD[ids]].any() for r in range(50))
+    assert any(bold.stragglers(ids, r)[BAD[ids]].any() for r in range(50))
+    assert {int(bold.stragglers(ids, r).sum()) for r in range(50)} == {10}  # round(0.5 x 20): every drawn device
+
+
+def test_options_that_change_nothing_change_no_identity(small_config):
+    plain = trial_identity(small_config())
+    for system in ({"name": "synchronous", "attackers_fail": True}, {"name": "synchronous", "straggler_policy":
+                   "include"}, {"name": "synchronous", "attackers_straggle": True, "on_undefined": "skip"}):
+        assert trial_identity(small_config(system=system)).config_hash == plain.config_hash, system
+    assert trial_identity(small_config(system={"name": "synchronous", "stragglers": 0.1})).config_hash != \
+        plain.config_hash
+
+
+def test_failures_raise_the_attackers_share_of_the_reports(small_config):
+    cfg = dict(attack={"name": "alie", "level": 0.2}, aggregator={"name": "median"}, rounds=12, eval_every=12)
+    lab = run_experiment(small_config(**cfg, system={"name": "synchronous", "failure_rate": 0.0,
+                                                     "attackers_fail": True, "availability": {"base": 1.0}}))
+    failing = run_experiment(small_config(**cfg, system={"name": "synchronous", "failure_rate": 0.6}))
+    assert lab["final"]["reports_mean"] == 5
+    assert failing["final"]["reports_mean"] < 4
+    assert failing["final"]["attacker_share"] > lab["final"]["attacker_share"]
+
+
+@pytest.mark.parametrize("system", [
+    {"name": "synchronous", "availability": {"csv": "never19.csv"}},  # one device never available
+    {"name": "asynchronous", "buffer": 8, "concurrency": 20, "attacker_timing": "fresh"}])
+def test_a_rule_that_removes_devices_meets_availability_and_asynchrony(tmp_path, system):
+    # FLDetector's table of removed devices covers the ids it has seen: shorter than the devices (a crash before)
+    (tmp_path / "never19.csv").write_text("device,round,available\n19,0,0\n")
+    if "availability" in system:
+        system = {**system, "availability": {"csv": str(tmp_path / "never19.csv")}}
+    level, per_round = (0.3, 12) if system["name"] == "synchronous" else (0.4, 20)
+    cfg = ExperimentConfig.from_dict({
+        "dataset": {"name": "digits", "num_clients": 20}, "model": {"name": "mlp", "hidden": [16]}, "lr": 0.05,
+        "local_steps": 1, "aggregator": {"name": "fldetector", "window": 3}, "seed": 2, "system": system,
+        "attack": {"name": "sign_flip", "level": level}, "clients_per_round": per_round, "rounds": 40,
+        "eval_every": 40})
+    final = run_experiment(cfg)["final"]
+    assert np.isfinite(final["acc_pooled"])
+
+
+def test_secure_aggregation_refuses_asynchronous_aggregation(small_config):
+    with pytest.raises(ConfigError, match="scales each by its staleness before the rule"):
+        build_trial(small_config(privacy={"name": "none", "secure_aggregation": True},
+                                 system={"name": "asynchronous", "buffer": 5}))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedarena.battery.card import Card, card_of, claimed_vs_measured, missing_trials, rank_cards, read_claim
+from fedarena.battery.card_costs import card_costs, costs_text
 from fedarena.battery.completeness import (
     TRIAL,
     battery_runs,
@@ -30,7 +31,6 @@ from fedarena.battery.completeness import (
     tuned_undefined,
     tuning_note,
 )
-from fedarena.battery.card_costs import card_costs, costs_text
 from fedarena.battery.definition import (
     NAME,
     Battery,

@@ -73,6 +73,7 @@ class Method:
     # device, before its update is clipped and noised, and is not a read.
     device_reads: tuple[str, ...] = ()
     adds_aggregate = True  # False: server_step's new global model is not w + the rule's output (L2SGD scales it)
+    sends_updates: bool | None = None  # whether a drawn device sends the server its update (None: uses_aggregator)
     finalize_epochs = 0  # > 0: after the last round every client runs the finalize_* phase (finetuning)
     tasks = ("classification", "binary_pm1", "regression", "multilabel")  # dataset tasks it is defined for
     models: tuple[str, ...] | None = None  # models the method is defined for (None: any)

@@ -113,6 +113,7 @@ class Mocha(Method):
 
     evaluates = "personal"
     uses_aggregator = False
+    sends_updates = True  # no global rule, but each device's dual update goes to the server, which applies it
     tasks = ("binary_pm1",)  # the hinge-loss dual of a linear SVM with labels -1/+1
     models = ("svm",)
 

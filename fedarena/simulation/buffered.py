@@ -12,6 +12,8 @@ were. Latencies: ``fedarena.system.latency``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -51,8 +53,11 @@ def dispatch(trial: Trial, state: SimState, w: torch.Tensor, clients: dict, step
     cfg, spec = trial.cfg, trial.participation.spec
     excluded = np.zeros(trial.dataset.num_clients, dtype=bool)
     excluded[busy] = True
-    if EXCLUDED in state.server:  # a rule removed them (FLDetector): never dispatched again
-        excluded |= state.server[EXCLUDED].cpu().numpy()[: len(excluded)]
+    if EXCLUDED in state.server:  # a rule removed them (FLDetector; its table covers the ids it has seen)
+        removed = state.server[EXCLUDED].cpu().numpy()[: len(excluded)]
+        excluded[: len(removed)] |= removed
+    if excluded.all() or count < 1 or step >= cfg.rounds:  # nobody left to dispatch, or the run's last step done
+        return _nobody(w), clients, state.attack
     ids = np.sort(drawn_clients(cfg.seed, cfg.sampling, trial.train.sizes, count, step, excluded))
     attack = adapted(trial, state, ids, step)
     pool = _round_data(trial, ids, step, attack)
@@ -66,8 +71,13 @@ def dispatch(trial: Trial, state: SimState, w: torch.Tensor, clients: dict, step
     return entries, clients, attack
 
 
+def _nobody(w: torch.Tensor) -> dict:
+    return {"ids": torch.zeros(0, dtype=torch.long), "version": torch.zeros(0, dtype=torch.long),
+            "arrival": torch.zeros(0, dtype=torch.float64), "updates": w.new_zeros((0, w.numel()))}
+
+
 def _joined(a: dict, b: dict) -> dict:
-    return {key: torch.cat([a[key], b[key].to(a[key].device)]) for key in a}
+    return {key: torch.cat([a[key], b[key].to(a[key].device, a[key].dtype)]) for key in a}
 
 
 def _taken(flight: dict, rows: np.ndarray) -> dict:
@@ -89,6 +99,18 @@ def in_flight(trial: Trial, state: SimState) -> tuple[dict, float, SimState]:
     return flight, 0.0, state
 
 
+def _skipped_step(trial: Trial, state: SimState, waiting: dict, ids: np.ndarray, clock: float) -> SimState:
+    """A buffer the rule cannot aggregate (too few in flight: a rule removed devices): its updates are discarded, the
+    model stays, the step is counted as skipped, and as many devices are dispatched as the buffer held."""
+    skipped = _skipped(state, state.clients, state.attack)
+    new, clients, attack = dispatch(trial, skipped, state.w, skipped.clients, state.round + 1, len(ids),
+                                    waiting["ids"].cpu().numpy(), clock)
+    flight = _joined(waiting, new)
+    system = {**skipped.part(SYSTEM), **flight, "clock": torch.tensor(clock, dtype=torch.float64)}
+    return SimState(skipped.round, state.w, clients, state.diverged_at, state.history,
+                    {**skipped.parts, ATTACK_STATE: attack, SYSTEM: system})
+
+
 def buffered_round(trial: Trial, state: SimState) -> SimState:
     """One server step: the buffer of the earliest arrivals aggregated, as many devices dispatched."""
     t, spec = state.round, trial.participation.spec
@@ -99,8 +121,9 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     buffer = _taken(flight, first[np.argsort(flown[first], kind="stable")])  # per-round rows in id order
     waiting = _taken(flight, np.setdiff1d(np.arange(len(flown)), first))
     ids = buffer["ids"].cpu().numpy()
+    state = replace(state, parts={**state.parts, SYSTEM: trial.participation.tallied(state.part(SYSTEM), ids)})
     if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(ids)):
-        return _skipped(state, state.clients, state.attack)  # fewer in flight than the rule needs (a rule removed them)
+        return _skipped_step(trial, state, waiting, ids, clock)
     staleness = t - buffer["version"].cpu().numpy()
     stacked = buffer["updates"].to(state.w.device)
     rows = torch.as_tensor(ids, device=trial.device)
@@ -108,9 +131,10 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     info = ServerInfo(trial.weights[rows], losses, rows, trial.cfg.lr, t)
     server = dict(state.server)
     aggregate = trial.aggregate
-    if aggregate is not None and aggregate.needs_round:
-        aggregate = aggregate.for_round(round_draw(trial, ids[np.argsort(buffer["arrival"].cpu().numpy(),
-                                                                          kind="stable")], t, server, state.w))
+    if aggregate is not None and aggregate.needs_round:  # the rule's round inputs are the server's work too
+        order = ids[np.argsort(buffer["arrival"].cpu().numpy(), kind="stable")]
+        with trial.work.measured(SERVER_WORK):
+            aggregate = aggregate.for_round(round_draw(trial, order, t, server, state.w))
     view = StageView(trial, t, ids, aggregate, info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the senders send: an attack tampers with its devices' rows
         stacked = stage(stacked, view)
@@ -128,7 +152,7 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     step_state = SimState(t, w_next, clients, state.diverged_at, state.history, parts)
     new, clients, attack = dispatch(trial, step_state, w_next, clients, t + 1, len(ids),
                                     waiting["ids"].cpu().numpy(), clock)
-    flight = _joined(waiting, new) if len(waiting["ids"]) else new
+    flight = _joined(waiting, new)
     system = {**state.part(SYSTEM), **flight, "clock": torch.tensor(clock, dtype=torch.float64)}
     parts = {**parts, ATTACK_STATE: attack, SYSTEM: system}
     diverged_at = state.diverged_at if kept or state.diverged else t

@@ -120,7 +120,9 @@ def unavailable_or(away: np.ndarray | None, excluded: np.ndarray | None, populat
         return excluded
     mask = np.zeros(population, dtype=bool)
     mask[: away.shape[1]] = away[0]
-    return mask if excluded is None else mask | excluded
+    if excluded is not None:  # a rule's table covers the ids it has seen (FLDetector's)
+        mask[: len(excluded)] |= excluded[:population]
+    return mask
 
 
 def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
@@ -313,6 +315,9 @@ def run_round(trial: Trial, state: SimState) -> SimState:
         drawn = drawn[np.isin(drawn, ids)]
         keep = torch.as_tensor(reporting, device=stacked.device)
         stacked, rows = stacked[keep], rows[keep.to(rows.device)]
+    tally = trial.participation.tallied(state.part(SYSTEM), ids)  # who reported (a deployment's; the lab's: nothing)
+    if tally:
+        state = replace(state, parts={**state.parts, SYSTEM: tally})
     if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(senders)):
         return _skipped(state, clients, attack)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
@@ -321,7 +326,8 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
     aggregate = trial.aggregate
     if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
-        aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
+        with trial.work.measured(SERVER_WORK):  # the rule's round inputs (FLTrust's root update) are its work too
+            aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
     view = StageView(trial, t, senders, aggregate, info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the devices send: canaries join, local DP, tampering
         stacked = stage(stacked, view)

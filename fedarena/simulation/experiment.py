@@ -77,16 +77,18 @@ def run_experiment(cfg: ExperimentConfig, on_round: Callable | None = None,
         trial = build_trial(cfg)
     meter.device = trial.device
     state = start(trial) if start is not None else None
+    first = 0 if state is None else state.round
     state, counts = simulate(trial, state, on_round=on_round, meter=meter)
-    return {**result_record(trial, state, counts), "cost": {**meter.summary(), **sides_cost(trial, state)}}
+    cost = {**meter.summary(), **sides_cost(trial, state.round - first)}
+    return {**result_record(trial, state, counts), "cost": cost}
 
 
-def sides_cost(trial: Trial, state: SimState) -> dict[str, float]:
-    """What the server's rule and the attacker paid (``simulation.work``) and a device's bytes per round."""
-    aggregates = trial.aggregate is not None
-    sends_loss = aggregates and trial.needs_losses
-    sizes = bytes_per_round(trial.w0.numel(), trial.w0.element_size(), sends_loss, aggregates)
-    return {**trial.work.summary(state.round), **sizes}
+def sides_cost(trial: Trial, rounds_run: int) -> dict[str, float]:
+    """What the server's rule and the attacker paid in the ``rounds_run`` rounds this process ran (a resumed run: since
+    it resumed; ``simulation.work``) and a device's bytes per round."""
+    sends = trial.method.uses_aggregator if trial.method.sends_updates is None else trial.method.sends_updates
+    sizes = bytes_per_round(trial.w0.numel(), trial.w0.element_size(), trial.needs_losses, sends)
+    return {**trial.work.summary(rounds_run), **sizes}
 
 
 def _json_safe(value):

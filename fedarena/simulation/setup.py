@@ -151,14 +151,21 @@ def round_pipeline(aggregate: Aggregate | None, threat: ThreatModel, privacy: Pr
 
 def participation_pipeline(participation: Participation) -> Pipeline:
     """A deployment's evaluation metric: the rounds skipped so far (too few reports for the rule)."""
-    if participation.spec.default or participation.spec.asynchronous:  # a server step never waits on too few
+    if participation.spec.default:
         return Pipeline()
-    return Pipeline(evaluation=(rounds_skipped,))
+    return Pipeline(evaluation=(participation_metrics,))
 
 
-def rounds_skipped(trial: Trial, state) -> dict[str, float]:
-    skipped = state.parts.get("system", {}).get("skipped")
-    return {"rounds_skipped": 0.0 if skipped is None else float(skipped.sum())}
+def participation_metrics(trial: Trial, state) -> dict[str, float]:
+    """``rounds_skipped`` (too few reports for the rule), ``reports_mean`` (reports a round aggregated, or a server
+    step's buffer) and ``attacker_share`` (the attackers' share of all reports: failures and stragglers leave the
+    honest devices out, attackers choose to report)."""
+    part = state.parts.get("system", {})
+    skipped, tally = part.get("skipped"), part.get("tally")
+    rounds, reports, bad = (0, 0, 0) if tally is None else (int(v) for v in tally)
+    return {"rounds_skipped": 0.0 if skipped is None else float(skipped.sum()),
+            "reports_mean": reports / rounds if rounds else float("nan"),
+            "attacker_share": bad / reports if reports else float("nan")}
 
 
 def with_inputs(trial: Trial) -> Trial:
@@ -210,7 +217,7 @@ def assemble(cfg: ResolvedConfig, dataset: FederatedDataset):
                           f"dataset {dataset.name!r} is a {dataset.task} task")
     check_privacy(spec, cfg.sampling, method, aggregate, cfg.attack)
     system = system_from(cfg.system)
-    check_system_privacy(system, spec.private)
+    check_system_privacy(system, spec.private, spec.secure_aggregation)
     check_asynchronous(system, aggregate, cfg.clients_per_round, dataset.num_clients)
     sizes = with_canaries(spec.audit, dataset.train_sizes())
     most = most_participation(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, cfg.rounds,

@@ -45,6 +45,7 @@ class SystemSpec:
     stragglers: float = 0.0
     straggler_policy: str = "drop"
     on_undefined: str = "skip"
+    attackers_straggle: bool = False
     # asynchronous (FedBuff) only
     buffer: int = 10
     concurrency: int | None = None  # devices training at once (None: clients_per_round)
@@ -122,8 +123,9 @@ def checked(spec: SystemSpec) -> SystemSpec:
     where = f"system {spec.name!r}"
     failure = _fraction(where, "failure_rate", spec.failure_rate, closed=False)
     stragglers = _fraction(where, "stragglers", spec.stragglers, closed=True)
-    if not isinstance(spec.attackers_fail, bool):
-        raise ConfigError(f"{where}: attackers_fail must be true or false, got {spec.attackers_fail!r}")
+    for key in ("attackers_fail", "attackers_straggle"):
+        if not isinstance(getattr(spec, key), bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {getattr(spec, key)!r}")
     if spec.straggler_policy not in STRAGGLER_POLICIES:
         raise ConfigError(f"{where}: straggler_policy must be one of {', '.join(STRAGGLER_POLICIES)}, "
                           f"got {spec.straggler_policy!r}")
@@ -131,7 +133,7 @@ def checked(spec: SystemSpec) -> SystemSpec:
         raise ConfigError(f"{where}: on_undefined must be one of {', '.join(ON_UNDEFINED)}, got {spec.on_undefined!r}")
     availability = availability_from(where, spec.availability)
     return SystemSpec(spec.name, failure, spec.attackers_fail, availability, stragglers, spec.straggler_policy,
-                      spec.on_undefined, *_asynchronous_values(where, spec))
+                      spec.on_undefined, spec.attackers_straggle, *_asynchronous_values(where, spec))
 
 
 def _asynchronous_values(where: str, spec: SystemSpec) -> tuple:
@@ -154,14 +156,16 @@ def _asynchronous_values(where: str, spec: SystemSpec) -> tuple:
 
 @SYSTEMS.register(SYNCHRONOUS)
 def synchronous(*, failure_rate: float = 0.0, attackers_fail: bool = False, availability: dict | None = None,
-                stragglers: float = 0.0, straggler_policy: str = "drop", on_undefined: str = "skip") -> SystemSpec:
+                stragglers: float = 0.0, straggler_policy: str = "drop", on_undefined: str = "skip",
+                attackers_straggle: bool = False) -> SystemSpec:
     """Rounds that wait for every drawn device: ``failure_rate`` p (a drawn device trains, then fails to report with
     probability p; attackers too where ``attackers_fail``), ``availability`` (devices drawn only among those
     available in the round), ``stragglers`` (that fraction of the drawn devices runs a number of local steps uniform
     in [1, E]; ``straggler_policy`` drop: their work is discarded, FedAvg in FedProx's experiments; include: it is
-    aggregated, FedProx's). ``on_undefined``: what a round does whose reporters are too few for the server rule."""
+    aggregated, FedProx's; attackers are among them only where ``attackers_straggle``). ``on_undefined``: what a
+    round does whose reporters are too few for the server rule."""
     return checked(SystemSpec(SYNCHRONOUS, failure_rate, attackers_fail, availability, stragglers, straggler_policy,
-                              on_undefined))
+                              on_undefined, attackers_straggle))
 
 
 @SYSTEMS.register(ASYNCHRONOUS)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from fedarena.errors import ConfigError
 from fedarena.streams import AVAILABILITY, FAILURE, STRAGGLER, keyed_uniforms
@@ -97,8 +98,9 @@ class Participation:
 
     def stragglers(self, ids: np.ndarray, round_idx: int) -> np.ndarray:
         """[len(ids)] bool: round(fraction x the drawn honest devices) of them, those with the lowest keyed uniforms
-        (FedProx's draw of a fixed share each round). Attackers never straggle: they choose their work."""
-        honest = ~self.malicious[ids]
+        (FedProx's draw of a fixed share each round). Attackers choose their work and never straggle, unless
+        ``attackers_straggle`` (then the share is of every drawn device, as FedProx's code draws them)."""
+        honest = np.ones(len(ids), dtype=bool) if self.spec.attackers_straggle else ~self.malicious[ids]
         count = int(np.floor(self.spec.stragglers * int(honest.sum()) + 0.5))
         keys = keyed_uniforms(self.seed, STRAGGLER, round_idx, ids, 2)
         order = np.argsort(np.where(honest, keys[:, 0], np.inf), kind="stable")
@@ -118,6 +120,15 @@ class Participation:
         units = 1 + np.floor(draw * e).astype(np.int64)  # uniform in {1, ..., E}
         partial = units * epoch_steps if epochs else units
         return np.where(straggles, np.minimum(partial, steps), steps)
+
+    def tallied(self, part: dict, ids: np.ndarray) -> dict:
+        """The run's ``system`` part with a round's reports counted (``reports``, and ``attacker_reports`` among them;
+        their means are reported at each evaluation); the lab's part as it is (it counts nothing)."""
+        if self.spec.default:
+            return part
+        bad = int(self.malicious[ids].sum()) if len(ids) else 0
+        counts = torch.tensor([1, len(ids), bad], dtype=torch.long)
+        return {**part, "tally": part.get("tally", torch.zeros(3, dtype=torch.long)) + counts}
 
     def undefined(self, rule, n: int) -> bool:
         """Whether the server rule is undefined on the ``n`` reports of a round (then the round is skipped,

@@ -24,9 +24,14 @@ def undefined_reason(rule: Aggregator, n: int, cache: dict[int, str | None]) -> 
     return cache[n]
 
 
-def check_system_privacy(spec: SystemSpec, private: bool) -> None:
+def check_system_privacy(spec: SystemSpec, private: bool, secure_aggregation: bool = False) -> None:
     """A ConfigError where differential privacy meets a deployment whose participation its accountant does not
-    describe: the accountant assumes m devices drawn (by the sampling) and reporting every round."""
+    describe (the accountant assumes m devices drawn by the sampling and reporting every round), or secure
+    aggregation meets asynchronous aggregation (its staleness weights scale each update: the server reads each)."""
+    if secure_aggregation and spec.asynchronous:
+        raise ConfigError("secure aggregation gives the server only the sum of the updates; system 'asynchronous' "
+                          "scales each by its staleness before the rule, so it needs each update: use "
+                          "secure_aggregation false or the synchronous system")
     if not private or not spec.partial_participation:
         return
     what = ("asynchronous aggregation" if spec.asynchronous else
