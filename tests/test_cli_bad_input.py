@@ -66,6 +66,7 @@ SUITE_EDITS = {  # suite file -> (text replaced, replacement) in SUITE_BASE
     "deployment_key": ("scales:", "deployment: [{label: x, aggregator: {f: 3}}]\nscales:"),
     "deployment_f": ("scales:", "deployment: [{label: x, f_declared: triple}]\nscales:"),
     "deployment_subset": ("smoke: {fixed", "smoke: {deployment: [nosuch], fixed"),
+    "costs": ("scales:", "costs: [server_ms, server_s]\nscales:"),
 }
 FILES = {
     "syntax.yaml": "rounds: [1, 2\n",
@@ -270,6 +271,9 @@ BENCH = [
       "got 'triple'"]),
     (("bench", "run", "{T}/deployment_subset.yaml"),
      ["scales.smoke.deployment[0]: unknown deployment label 'nosuch'; the suite defines: synchronous"]),
+    (("bench", "run", "{T}/costs.yaml"),
+     ["costs[1]: unknown cost 'server_s'; allowed: server_ms, attack_ms, attack_forward, attack_backward, bytes_sent, "
+      "bytes_received"]),
     (("bench", "run", "smoke", "--scale", "huge"), ["invalid choice: 'huge' (choose from 'smoke', 'quick', 'paper')"]),
     ((*SMOKE, "--dataset", "nosuch"), ["--dataset 'nosuch' is neither a dataset of scale 'smoke'", "choose one of"]),
     ((*SMOKE, "--seeds", "0,x"), ["argument --seeds: seeds are comma-separated integers, got '0,x'"]),

@@ -26,6 +26,7 @@ from fedarena.leaderboards.cells import (
     select_scale,
     split_status,
 )
+from fedarena.leaderboards.costs_table import costs_table
 from fedarena.leaderboards.deployment_figure import write_deployment_figures
 from fedarena.leaderboards.deployment_table import deployment_facts, deployment_table, grid_exclusions
 from fedarena.leaderboards.figures import in_the_lab, write_figures
@@ -35,7 +36,9 @@ from fedarena.leaderboards.render import FORMATS, render
 from fedarena.leaderboards.selection import chosen_runs, select_variants, selection_tables
 from fedarena.leaderboards.specs import SPECS, TableSpec, build_table
 from fedarena.leaderboards.tables import Table
+from fedarena.registry import UnknownNameError
 from fedarena.suites.dataset_labels import misnamed
+from fedarena.suites.parse import load_suite
 from fedarena.suites.tuned_labels import with_tuned_labels
 from fedarena.tracking.location import redact
 from fedarena.tracking.location import tracking_uri as resolve_uri
@@ -124,10 +127,12 @@ def leaderboard_tables(
     specs: tuple[TableSpec, ...] = SPECS,
     paper: pd.DataFrame | None = None,
     excluded: pd.DataFrame | None = None,
+    costs: tuple[str, ...] = (),
 ) -> tuple[list[Table], pd.DataFrame, pd.DataFrame]:
     """(tables, aggregated cells, prepared runs) from a frame of runs; tables without data are skipped.
     The cells are those the tables show: a selected method's chosen variant under its group's label. ``excluded``:
-    the grid points a deployment axis excludes, with their reasons (``deployment_table.grid_exclusions``)."""
+    the grid points a deployment axis excludes, with their reasons (``deployment_table.grid_exclusions``);
+    ``costs``: the costs the suite asks to tabulate (its ``costs:``; none: no ``costs`` table)."""
     prepared, notes = prepare_runs(runs, scale)
     if prepared.empty:
         raise LeaderboardError(f"no finished runs to tabulate ({'; '.join(notes) or 'no runs'})")
@@ -137,9 +142,11 @@ def leaderboard_tables(
         table.footnotes += [note for group, note in choices if group in set(table.tidy["method_label"])]
     view = reproduction_table(in_the_lab(cells), notes, paper)  # the papers ran the synchronous lab
     deployed = deployment_table(cells, excluded, deployment_facts(prepared))
-    if deployed is not None:
-        deployed.footnotes += notes
-    extra = [t for t in (deployed, view) if t is not None]
+    costed = costs_table(cells, costs, excluded)
+    for table in (deployed, costed):
+        if table is not None:
+            table.footnotes += notes
+    extra = [t for t in (deployed, costed, view) if t is not None]
     return tables + selection_tables(variants) + extra, cells, prepared
 
 
@@ -150,9 +157,19 @@ def suite_tables(suite: str, tracking_uri: str, *, ci: bool = True, scale: str |
     how to fill it (the reader's own errors already do)."""
     runs = read_runs(tracking_uri, suite)
     try:
-        return leaderboard_tables(runs, ci=ci, scale=scale, excluded=grid_exclusions(suite, runs, scale))
+        return leaderboard_tables(runs, ci=ci, scale=scale, excluded=grid_exclusions(suite, runs, scale),
+                                  costs=suite_costs(suite))
     except LeaderboardError as err:  # leaderboard_tables' only error: no finished runs
         raise LeaderboardError(f"suite {suite!r} in {tracking_uri}: {err}; {fill_hint(suite)}") from None
+
+
+def suite_costs(suite: str) -> tuple[str, ...]:
+    """The costs the suite asks to tabulate (its ``costs:``); none where it asks for none or is not one this process
+    can load (a file the store's runs do not point to)."""
+    try:
+        return load_suite(suite, check_names=False).costs
+    except (ConfigError, UnknownNameError):
+        return ()
 
 
 def write_tables(tables: list[Table], out_dir: Path, fmt: str) -> list[Path]:

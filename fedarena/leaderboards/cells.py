@@ -29,9 +29,11 @@ from fedarena.config import SCALES
 from fedarena.leaderboards.paper import paper_datasets
 from fedarena.leaderboards.server_rules import RULE_FACTS, rule_facts
 from fedarena.leaderboards.tables import sort_key
+from fedarena.simulation.costs import COST_PREFIX
 from fedarena.simulation.metrics import METRIC_DIRECTIONS
 from fedarena.simulation.properties import RUN_PROPERTIES
 from fedarena.suites.dataset_labels import shown_label
+from fedarena.suites.spec import COSTS
 
 POSITION = ("dataset_label", "method_label", "attack_label", "level", "privacy_label", "deployment_label")
 DEFAULT_LABELS = {"privacy_label": "none", "deployment_label": "synchronous"}  # what a run without the tag reads as
@@ -47,6 +49,10 @@ DERIVED = {"acc_pooled_minus_std": ("acc_pooled", "acc_std")}
 # significance test's n); the column exists only where some run has the metric (a suite without targeted
 # attacks keeps its columns).
 SPARSE = tuple(m for m in ("asr_pooled", "asr_mean", "asr_worst10") if m in HIGHER_IS_BETTER)
+# What each side pays (``simulation.work``, logged as ``cost_<name>``; a suite's ``costs:`` names them): the cells
+# carry each one's mean over the seeds that recorded it, only where some run has its column (older runs have none),
+# for the ``costs`` table alone: the other tables' tidy numbers drop them (``without_costs``).
+COST_COLUMNS = tuple(COST_PREFIX + name for name in COSTS)
 # Tags of a selected method's variants (``suites.select``), carried to the cells.
 SELECT_COLUMNS = ("select_group", "select_by", "variant")
 
@@ -90,7 +96,7 @@ def normalize(runs: pd.DataFrame) -> pd.DataFrame:
     if "seed" in out:
         out["seed"] = pd.to_numeric(out["seed"], errors="coerce")
     out["diverged"] = _diverged(out)
-    for metric in (*METRICS, *RUN_PROPERTIES):
+    for metric in (*METRICS, *RUN_PROPERTIES, *COST_COLUMNS):
         if metric in out:
             out[metric] = pd.to_numeric(out[metric], errors="coerce")
     return out
@@ -246,11 +252,14 @@ def aggregate(
     values are then NaN), ``note`` (what disagrees), ``dataset_names`` (the datasets really run),
     ``SELECT_COLUMNS`` (empty for methods that are no variant), ``RULE_FACTS`` (``server_rules``) and, for each
     ``SPARSE`` metric some run has,
-    ``<metric>_n`` (the seeds with a value; 0 in mixed cells). ``runs`` must be normalized finished runs.
+    ``<metric>_n`` (the seeds with a value; 0 in mixed cells) and, for each of ``COST_COLUMNS`` the runs have, its
+    mean over the seeds that recorded it (no spread: the ``costs`` table shows means). ``runs`` must be normalized
+    finished runs.
     """
     runs = _with_derived(with_default_labels(runs))
     values_of = (*METRICS, *recorded_metrics(runs), *DERIVED, *(p for p in RUN_PROPERTIES if p in runs))
     counted = tuple(m for m in SPARSE if m in runs and np.isfinite(runs[m].to_numpy(dtype=float)).any())
+    costs = tuple(c for c in COST_COLUMNS if c in runs)
     rows = []
     for key, group in runs.groupby(list(POSITION), sort=False, dropna=False):
         row = dict(zip(POSITION, key, strict=True))
@@ -265,12 +274,25 @@ def aggregate(
                 row[f"{metric}_ci"] = np.nan if note else t_halfwidth(values, confidence)
             if metric in counted:
                 row[f"{metric}_n"] = 0 if note else int(np.isfinite(values).sum())
+        for column in costs:  # the mean over the seeds that recorded it (NaN where none did)
+            row[column] = np.nan if note else _mean(group[column].to_numpy(dtype=float))
         rows.append(row)
     columns = [*POSITION, "n_seeds", "diverged", "mixed", "note", "dataset_names", *SELECT_COLUMNS, *RULE_FACTS,
                *values_of]
     columns += [f"{m}_sd" for m in values_of] + ([f"{m}_ci" for m in values_of] if ci else [])
     columns += [f"{m}_n" for m in counted]
+    columns += list(costs)
     return pd.DataFrame(rows, columns=columns)
+
+
+def cost_column(name: str) -> str:
+    """The runs' and the cells' column of one cost (``server_ms`` -> ``cost_server_ms``)."""
+    return COST_PREFIX + name
+
+
+def without_costs(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the cells' cost columns: the tables other than ``costs`` keep their tidy numbers."""
+    return frame.drop(columns=[c for c in COST_COLUMNS if c in frame])
 
 
 def recorded_metrics(runs: pd.DataFrame) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fedarena.errors import ConfigError
-from fedarena.leaderboards.cells import POSITION, select_scale
+from fedarena.leaderboards.cells import POSITION, select_scale, without_costs
 from fedarena.leaderboards.tables import MISSING, WORST, Table, pivot, setting_label, sort_key
 from fedarena.leaderboards.worst import worst_cells
 from fedarena.registry import UnknownNameError
@@ -172,7 +172,7 @@ def deployment_table(cells: pd.DataFrame, excluded: pd.DataFrame | None = None,
         private = f" {privacy}" if privacy != "none" else ""
         block.title = f"{dataset}{private} {setting_label(attack, level)}"
     notes = table_notes(frame, facts) + worst_notes
-    tidy = frame.drop(columns=["text", "score"]).sort_values(
+    tidy = without_costs(frame.drop(columns=["text", "score"])).sort_values(
         list(blocks_by), key=lambda c: c.map(lambda v: sort_key(c.name, v)), kind="stable")
     return Table(NAME, "Deployment under attack: worst-case and clean benign accuracy per deployment",
                  [block for _, block in blocks], notes, tidy.reset_index(drop=True))

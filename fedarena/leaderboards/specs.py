@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION, SPARSE
+from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION, SPARSE, without_costs
 from fedarena.leaderboards.declared import TABLES
 from fedarena.leaderboards.server_rules import EXPLAINED as SECURE_EXPLAINED
 from fedarena.leaderboards.server_rules import MARK, marked_rows
@@ -296,8 +296,8 @@ def build_table(cells: pd.DataFrame, spec: TableSpec, footnotes: list[str] | Non
 
 def tidy_frame(shown: pd.DataFrame) -> pd.DataFrame:
     """The numbers behind a table (its CSV); the deployment label only where a suite has the axis, so that the
-    CSVs of suites without one stay as they were."""
-    tidy = shown.reset_index(drop=True)
+    CSVs of suites without one stay as they were; never the cells' costs (the ``costs`` table's)."""
+    tidy = without_costs(shown).reset_index(drop=True)
     if "deployment_label" in tidy and (tidy["deployment_label"] == "synchronous").all():
         tidy = tidy.drop(columns="deployment_label")
     return tidy

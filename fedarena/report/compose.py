@@ -3,7 +3,8 @@
 The page holds every leaderboard table (``build.leaderboard_tables``, as ``fedarena leaderboard`` writes
 them; the ``worst_case`` table in a section of its own: each row against the attack that hurt it most at
 every level where several attacks ran; where a targeted attack ran, the ``backdoor`` table in one too: clean
-accuracy / attack success rate (std) per row and attack), the reproduction view where a paper's dataset was
+accuracy / attack success rate (std) per row and attack; where the suite asks for them, the ``costs`` table in
+one too: what each side pays), the reproduction view where a paper's dataset was
 run, the figures (Ditto Figure 3 and 5, the learning curves, and the fairness view: accuracy across benign
 devices per main method), and the runs' provenance (code versions, dataset fingerprints, seeds, scale). It is
 written to ``OUT/<suite>.html``.
@@ -26,6 +27,7 @@ from fedarena.battery.definition import NAME as BATTERY
 from fedarena.battery.harness import cards_table, report_cards
 from fedarena.errors import ConfigError
 from fedarena.leaderboards.build import figure_files, redacted_errors, suite_tables
+from fedarena.leaderboards.costs_table import NAME as COSTS
 from fedarena.leaderboards.deployment_table import NAME as DEPLOYMENT
 from fedarena.leaderboards.figures import file_stem, in_the_lab, without_privacy
 from fedarena.leaderboards.selection import chosen_runs
@@ -80,8 +82,9 @@ def ordered_figures(paths: list[Path]) -> list[Path]:
 def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFrame, missing: int,
              cards: list[Table] | None = None, tuning: list[Path] | None = None) -> list[Section]:
     boards = [t for t in tables if t.name not in (REPRODUCTION, WORST_CASE, BACKDOOR, PRIVACY, PRIVACY_AUDIT,
-                                                  DEPLOYMENT)]
+                                                  DEPLOYMENT, COSTS)]
     deployment = [t for t in tables if t.name == DEPLOYMENT]  # a suite with a deployment axis
+    costs = [t for t in tables if t.name == COSTS]  # a suite that asks for its costs (``costs:``)
     privacy = [t for t in tables if t.name in (PRIVACY, PRIVACY_AUDIT)]  # a suite with a privacy axis; its audit
     view = [t for t in tables if t.name == REPRODUCTION]
     worst = [t for t in tables if t.name == WORST_CASE]
@@ -98,6 +101,7 @@ def sections(tables: list[Table], figure_paths: list[Path], prepared: pd.DataFra
         *([Section("backdoor", "Backdoor attacks", table_lines(backdoor))] if backdoor else []),
         *([Section("privacy", "Privacy", table_lines(privacy))] if privacy else []),
         *([Section("deployment", "Deployment", table_lines(deployment))] if deployment else []),
+        *([Section("costs", "Costs", table_lines(costs))] if costs else []),
         Section("reproduction", "Reproduction of the papers", table_lines(view) if view else no_view),
         Section("figures", "Figures", figure_lines(ordered_figures(figure_paths)) + no_clients),
         *([Section("tuning", "Tuning", figure_lines(tuning))] if tuning else []),

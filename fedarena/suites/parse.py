@@ -14,6 +14,7 @@ from fedarena.suites.deployment import parse_deployment
 from fedarena.suites.published import published_tables
 from fedarena.suites.select import all_variants, check_variant_labels, parse_select
 from fedarena.suites.spec import (
+    COSTS,
     LABEL,
     MATCH_KEYS,
     NO_PRIVACY_ENTRY,
@@ -146,8 +147,21 @@ def parse_suite(data: Any, path: Path) -> Suite:
         _rules(r, data.get("exclude"), "exclude", labels, with_patch=False),
         _rules(r, data.get("overrides"), "overrides", labels, with_patch=True), scales,
         _reproduces(r, data.get("reproduces")), _include(r, data.get("include"), path), privacy=privacy,
-        deployment=deployment,
+        deployment=deployment, costs=_costs(r, data.get("costs")),
     )  # fmt: skip
+
+
+def _costs(r: _Reader, value: Any) -> tuple[str, ...]:
+    """``costs: [server_ms, bytes_sent]``: the costs the leaderboards' ``costs`` table shows, in this order."""
+    if value is None:
+        return ()
+    items = r.items(value, "costs")
+    for i, name in enumerate(items):
+        if name not in COSTS:
+            r.fail(f"costs[{i}]", f"unknown cost {name!r}; allowed: {', '.join(COSTS)}")
+    if len(set(items)) != len(items):
+        r.fail("costs", f"duplicate costs in {items}")
+    return tuple(items)
 
 
 def _include(r: _Reader, value: Any, path: Path) -> tuple[Path, ...]:

@@ -24,6 +24,7 @@ one without a name sets keys inside it)::
       - {label: synchronous}                                  # (default: one entry, synchronous, no patch)
       - {label: fail0.3, system: {name: synchronous, failure_rate: 0.3}}
       - {label: f_double, f_declared: double}                 # the server's aggregator.f: half|exact|double
+    costs: [server_ms, attack_ms, bytes_sent]   # optional: the leaderboards' ``costs`` table shows these (COSTS)
     exclude: [{method: krum, level: 0.8}]            # combinations left out (labels / levels)
     overrides: [{when: {method: ditto, dataset: femnist}, set: {patch}}]
     scales:                           # any of smoke, quick, paper (at least one)
@@ -47,6 +48,10 @@ devices drawn), ``half`` that f // 2, ``double`` 2 f. A trial a deployment entry
 requirement on n and f fails) is excluded with its reason, as is one that is the same trial as another
 deployment's (a declared f equal to the trial's own, or a method without global aggregation, where no rule reads
 f); the plan prints them and the tables show their reason (``grid.Excluded``).
+
+``costs:`` lists what each side pays that the leaderboards tabulate in a ``costs`` table (``leaderboards.
+costs_table``): any of ``COSTS``, each the mean over a cell's seeds of its runs' ``cost_<name>`` (docs/semantics.md,
+"Deployment", "Costs"); a suite without it has no such table. It changes no trial.
 
 A dataset label is the dataset run (``digits``), or a paper's dataset id for a paper's partition of that
 data (``fmnist`` for ``fmnist_fedtilt``); a label that names another dataset is an error
@@ -73,7 +78,7 @@ from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 
 SUITE_KEYS = ("name", "description", "reference", "reproduces", "include", "fixed", "methods", "attacks", "privacy",
-              "deployment", "exclude", "overrides", "scales")
+              "deployment", "costs", "exclude", "overrides", "scales")
 SCALE_KEYS = ("description", "fixed", "datasets", "seeds", "methods", "attacks", "privacy", "deployment", "exclude",
               "overrides", "checkpoint_every")
 SELECT_KEYS = ("by", "over", "scales")
@@ -81,6 +86,8 @@ MATCH_KEYS = ("method", "attack", "dataset", "level", "privacy", "deployment")
 NO_PRIVACY = "none"  # the label of the privacy axis's one entry in a suite that lists none
 SYNCHRONOUS = "synchronous"  # the label of the deployment axis's one entry in a suite that lists none
 F_DECLARED = ("half", "exact", "double")  # a deployment entry's f relative to the trial's (``suites.deployment``)
+# what a suite's ``costs:`` may ask the leaderboards to tabulate: every run's ``cost_<name>`` (``simulation.work``)
+COSTS = ("server_ms", "attack_ms", "attack_forward", "attack_backward", "bytes_sent", "bytes_received")
 PATCH_KEYS = tuple(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("seed", "device"))
 LABEL = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
@@ -178,3 +185,4 @@ class Suite:
     tags: dict[str, str] = field(default_factory=dict)  # recorded on every run (e.g. the battery's version)
     privacy: tuple[Entry, ...] = (NO_PRIVACY_ENTRY,)  # the privacy axis (one entry, none, where a suite lists none)
     deployment: tuple[Entry, ...] = (SYNCHRONOUS_ENTRY,)  # the deployment axis (one entry where a suite lists none)
+    costs: tuple[str, ...] = ()  # the costs the ``costs`` table shows, in this order (none: no such table)
