@@ -23,9 +23,10 @@ from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.round_inputs import computed_inputs
 from fedarena.round_stages import StageView
 from fedarena.simulation.costs import CostMeter
-from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, plan_schedule, round_plan
+from fedarena.simulation.data import Pooled, drawn_clients, gather, gather_all, round_plan
 from fedarena.simulation.evaluate import evaluate
 from fedarena.simulation.metrics import Counts, compute_metrics
+from fedarena.simulation.participating import budgets, epoch_steps, of_group, unavailable_or, within_budget
 from fedarena.simulation.properties import run_properties
 from fedarena.simulation.setup import Trial
 from fedarena.simulation.work import ATTACK as ATTACK_WORK
@@ -114,17 +115,6 @@ def draw_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np
     return drawn_clients(cfg.seed, cfg.sampling, sizes, cfg.clients_per_round, round_idx, excluded)
 
 
-def unavailable_or(away: np.ndarray | None, excluded: np.ndarray | None, population: int) -> np.ndarray | None:
-    """Who cannot be drawn: the devices unavailable in the round (``away`` [1, devices]) or removed by the rule."""
-    if away is None:
-        return excluded
-    mask = np.zeros(population, dtype=bool)
-    mask[: away.shape[1]] = away[0]
-    if excluded is not None:  # a rule's table covers the ids it has seen (FLDetector's)
-        mask[: len(excluded)] |= excluded[:population]
-    return mask
-
-
 def sample_clients(trial: Trial, round_idx: int, server: dict | None = None) -> np.ndarray:
     """The round's clients in id order (the order of every per-round tensor)."""
     return np.sort(draw_clients(trial, round_idx, server))
@@ -185,20 +175,11 @@ def train_group(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     ``budget`` [n]: client j runs only its first ``budget[j]`` steps (a straggler's, ``fedarena.system``)."""
     cfg, method = trial.cfg, trial.method
     if method.trains_plain_sgd and trial.backend.fuses_local_sgd(tuple(pool.x.shape[1:]), w.device):
-        every = _within_budget(_batches(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs), budget)
+        every = within_budget(_batches(trial, pool, group, round_idx, cfg.local_steps, cfg.local_epochs), budget)
         return trial.backend.local_sgd(w, every, cfg.lr), clients  # the numbers of the stepped loop, fused
     local, ids = _local_loop(trial, w, clients, pool, group, round_idx, cfg.local_steps, cfg.local_epochs,
                              method.local_init, method.local_step, budget)
     return method.local_result(local, w, clients, ids)
-
-
-def _within_budget(every, budget: np.ndarray | None):
-    """The round's minibatches with each client's steps past its budget inactive (a step of rate 0)."""
-    if budget is None:
-        return every
-    step_no = torch.arange(every.active.shape[0], device=every.active.device)[:, None]
-    within = step_no < torch.as_tensor(budget, device=every.active.device)
-    return replace(every, active=every.active * within)
 
 
 def _plan(trial: Trial, pool: Pooled, group: np.ndarray, round_idx: int, steps: int, epochs: int):
@@ -231,7 +212,7 @@ def _local_loop(trial: Trial, w: torch.Tensor, clients: dict, pool: Pooled, grou
     train = gather_all(pool, group) if trial.method.needs_train else None
     sizes = torch.as_tensor(pool.sizes[group], device=trial.device)
     ctx = StepContext(trial.backend, cfg.lr, w, ids, val, trial.threat.strong, sizes,
-                      _epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None, train)
+                      epoch_steps(pool, group, cfg.batch_size, trial.device) if epochs else None, train)
     keys = _dropout_keys(trial, round_idx, index.shape[0])
     every = gather(pool, index, mask, active)  # all steps' minibatches in one gather
     local = init(w, clients, ids)
@@ -246,13 +227,6 @@ def _dropout_keys(trial: Trial, round_idx: int, num_steps: int) -> list[int] | N
     if not trial.model.has_dropout:
         return None
     return [int(k) for k in stream(trial.cfg.seed, DROPOUT, round_idx).integers(2**32, size=num_steps)]
-
-
-def _epoch_steps(pool: Pooled, group: np.ndarray, batch_size: int, device: torch.device) -> torch.Tensor:
-    """[n] minibatch steps in one epoch of each client: ceil(size / min(B, size)) (``client_batches``)."""
-    sizes = pool.sizes[group]
-    batches = -(-sizes // np.maximum(np.minimum(batch_size, sizes), 1))
-    return torch.as_tensor(batches, device=device)
 
 
 def finalize(trial: Trial, state: SimState) -> SimState:
@@ -304,9 +278,9 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     rows = torch.as_tensor(ids, device=trial.device)
     saved = _snapshot(state.clients, rows)
     updates, clients = [], state.clients
-    budget = _budgets(trial, pool, ids, t)
+    budget = budgets(trial, pool, ids, t)
     for group in trial.backend.groups(ids) if len(ids) else ():  # a round may draw only an audit's canaries
-        upd, clients = train_group(trial, state.w, clients, pool, group, t, _of_group(budget, ids, group))
+        upd, clients = train_group(trial, state.w, clients, pool, group, t, of_group(budget, ids, group))
         updates.append(upd)
     stacked, trained = _stacked(state.w, updates), rows
     reporting = trial.participation.reporting(ids, t)  # who fails to report (None: every drawn device reports)
@@ -344,20 +318,6 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     for slot, stage in trial.pipeline.after_round:  # what observes the released model (a privacy audit)
         parts[slot] = stage(parts.get(slot, {}), w_new - state.w, view)
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history, parts)
-
-
-def _budgets(trial: Trial, pool: Pooled, ids: np.ndarray, round_idx: int) -> np.ndarray | None:
-    """[len(ids)] local steps each drawn device runs (stragglers fewer), or None: every device its whole plan."""
-    cfg = trial.cfg
-    if trial.participation.spec.stragglers == 0 or not len(ids):
-        return None
-    steps = plan_schedule(pool.sizes[ids], cfg.local_steps, cfg.local_epochs, cfg.batch_size)[3]
-    epoch_steps = _epoch_steps(pool, ids, cfg.batch_size, torch.device("cpu")).numpy()
-    return trial.participation.budgets(ids, round_idx, steps, cfg.local_epochs, epoch_steps)
-
-
-def _of_group(budget: np.ndarray | None, ids: np.ndarray, group: np.ndarray) -> np.ndarray | None:
-    return None if budget is None else budget[np.searchsorted(ids, group)]
 
 
 def _skipped(state: SimState, clients: dict, attack: dict) -> SimState:
