@@ -6,8 +6,10 @@ from importlib import metadata
 
 import dp_accounting
 import pytest
+from dp_accounting import mechanism_calibration
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
+from scipy.optimize import brentq
 from test_privacy_accounting import gaussian_epsilon, rdp_epsilon
 
 from fedarena.errors import ConfigError
@@ -169,48 +171,82 @@ def test_no_noise_has_no_privacy(name):
 
 @pytest.mark.parametrize("z, rounds", [(1.0, 1), (1.0, 3), (2.5, 1)])
 def test_one_round_at_z_1_is_the_closed_form_not_a_special_case(z, rounds):
-    # Assert: T rounds of mu = 2 / z, as both accountants read them (RDP's 2 T alpha / z^2; the exact Gaussian)
+    # Assert: T rounds of mu = 2 / z, RDP(alpha) = 2 T alpha / z^2, centrally (every device) and locally
     assert accounting.central_epsilon("rdp", z, 20, 20, rounds, 1e-5) == pytest.approx(
         rdp_epsilon(lambda a: 2 * rounds * a / z ** 2, 1e-5), rel=1e-9)
     assert accounting.local_epsilon("rdp", z, rounds, 1e-5) == pytest.approx(
         rdp_epsilon(lambda a: 2 * rounds * a / z ** 2, 1e-5), rel=1e-9)
-    assert accounting.local_epsilon("pld", z, rounds, 1e-5) == pytest.approx(
-        gaussian_epsilon(2 * math.sqrt(rounds) / z, 1e-5), rel=PLD_TOLERANCE)
 
 
 # --- a canary audit's add-or-remove claim ------------------------------------------------------------------------
 
 
+def add_or_remove_mu(z, rounds, count_noise):
+    """Add-or-remove: the update's mu is 1 / z_Delta (not 2 / z), the count's 1 / sigma_b; T rounds of both are one
+    Gaussian with mu^2 = T (1 / z_Delta^2 + 1 / sigma_b^2)."""
+    z_delta = z if count_noise is None else (z ** -2 - (2 * count_noise) ** -2) ** -0.5
+    return math.sqrt(rounds * (z_delta ** -2 + (0.0 if count_noise is None else count_noise ** -2)))
+
+
 @pytest.mark.parametrize("z, rounds, count_noise", [(1.0, 1, None), (1.0, 4, None), (1.5, 3, None), (1.5, 3, 1.2),
                                                     (0.9, 1, 2.0)])
-def test_add_or_remove_moves_the_sum_by_one_clip_and_the_count_by_one(z, rounds, count_noise):
-    # Prepare: add-or-remove: the update's mu is 1 / z_Delta (not 2 / z), the count's 1 / sigma_b; T rounds of
-    # both are one Gaussian with mu^2 = T (1 / z_Delta^2 + 1 / sigma_b^2)
-    z_delta = z if count_noise is None else (z ** -2 - (2 * count_noise) ** -2) ** -0.5
-    mu_squared = rounds * (z_delta ** -2 + (0.0 if count_noise is None else count_noise ** -2))
+def test_add_or_remove_under_rdp_moves_the_sum_by_one_clip_and_the_count_by_one(z, rounds, count_noise):
+    mu = add_or_remove_mu(z, rounds, count_noise)
+    # Assert: RDP(alpha) = alpha mu^2 / 2, converted
+    assert accounting.add_remove_epsilon("rdp", z, rounds, 1e-5, count_noise) == pytest.approx(
+        rdp_epsilon(lambda a: a * mu ** 2 / 2, 1e-5), rel=1e-9)
+
+
+@pytest.mark.parametrize("z, rounds, count_noise", [(1.0, 1, None), (1.5, 3, 1.2)])
+def test_add_or_remove_under_pld_is_the_exact_gaussian(z, rounds, count_noise):
+    mu = add_or_remove_mu(z, rounds, count_noise)
     # Execute
-    rdp = accounting.add_remove_epsilon("rdp", z, rounds, 1e-5, count_noise)
-    pld = accounting.add_remove_epsilon("pld", z, rounds, 1e-5, count_noise)
-    # Assert: RDP(alpha) = alpha mu^2 / 2, converted; PLD the exact Gaussian (Balle and Wang 2018)
-    assert rdp == pytest.approx(rdp_epsilon(lambda a: a * mu_squared / 2, 1e-5), rel=1e-9)
-    assert pld == pytest.approx(gaussian_epsilon(math.sqrt(mu_squared), 1e-5), rel=PLD_TOLERANCE)
-    assert pld >= gaussian_epsilon(math.sqrt(mu_squared), 1e-5) - 1e-9
+    eps = accounting.add_remove_epsilon("pld", z, rounds, 1e-5, count_noise)
+    # Assert: Balle and Wang's exact Gaussian, from above (PLD is pessimistic)
+    assert eps == pytest.approx(gaussian_epsilon(mu, 1e-5), rel=PLD_TOLERANCE)
+    assert eps >= gaussian_epsilon(mu, 1e-5) - 1e-9
 
 
 # --- calibration -------------------------------------------------------------------------------------------------
 
 
-def test_calibration_of_a_sampled_central_run_is_the_smallest_z_that_reaches_the_target():
-    # Execute: 10 of 100 devices a round, 5 rounds, target 2 at 1e-5
-    z = accounting.calibrate("rdp", 2.0, 1e-5, ("central", 100, 10, 5, None))
+def test_calibration_of_a_central_run_is_the_smallest_z_that_reaches_the_target():
+    # Execute: all 20 devices in each of 5 rounds, target 2 at 1e-5
+    z = accounting.calibrate("rdp", 2.0, 1e-5, ("central", 20, 20, 5, None))
 
-    def eps(z):
-        return rdp_of(dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
-            100, 10, dp_accounting.GaussianDpEvent(z / 2)), 5), 1e-5)
+    def closed_form(z):  # 5 rounds of mu = 2 / z: RDP(alpha) = 2 5 alpha / z^2
+        return rdp_epsilon(lambda a: 10 * a / z ** 2, 1e-5)
 
-    # Assert: dp-accounting's epsilon at z is the target from below; 1e-6 less noise exceeds it
-    assert eps(z) <= 2.0 and eps(z) == pytest.approx(2.0, rel=1e-5)
-    assert eps(z - 1e-6) > 2.0
+    # Assert: the closed form at z is the target from below; 1e-6 less noise exceeds it
+    assert closed_form(z) <= 2.0 * (1 + 1e-12) and closed_form(z) == pytest.approx(2.0, rel=1e-5)
+    assert closed_form(z - 1e-6) > 2.0
+
+
+@pytest.mark.parametrize("target, make", [(1.0, ("local", 3)), (3.7, ("central", 20, 20, 5, None)),
+                                          (12.0, ("central", 20, 20, 5, 2.0))])
+def test_calibration_is_within_1e_7_of_the_exact_multiplier_and_never_below_it(target, make):
+    # Prepare: the exact root of epsilon(z) = target, by dp-accounting's RDP (T rounds of one Gaussian of multiplier
+    # z / 2: with every device every round adaptive clipping costs the same as fixed clipping)
+    rounds = make[1] if make[0] == "local" else make[3]
+
+    def gap(z):
+        return rdp_of(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z / 2), rounds), 1e-5) - target
+
+    exact = brentq(gap, 0.5, 50.0, xtol=1e-14, rtol=1e-15)
+    # Execute
+    z = accounting.calibrate("rdp", target, 1e-5, make)
+    # Assert: at or above the root (epsilon at most the target) and within its 1e-7 (the search lands up to 1e-7
+    # above the root in these cases; a search at 2e-7 lands up to 2e-7 above it)
+    assert exact - 1e-12 <= z <= exact + 1.2e-7
+
+
+def test_adaptive_calibration_searches_down_to_a_multiplier_of_1e_6():
+    # Prepare: an enormous target, reached only at z = 1.5e-6 (epsilon about 1e12)
+    target = accounting.central_epsilon("rdp", 1.5e-6, 20, 20, 1, 1e-5, 2.0)
+    # Execute
+    z = accounting.calibrate("rdp", target, 1e-5, ("central", 20, 20, 1, 2.0))
+    # Assert: found (within the search's 1e-7), not missed by a search that starts above it
+    assert 1e-6 <= z < 2e-6 and accounting.central_epsilon("rdp", z, 20, 20, 1, 1e-5, 2.0) <= target
 
 
 def test_calibration_with_a_large_target_finds_a_multiplier_below_one():
@@ -221,6 +257,16 @@ def test_calibration_with_a_large_target_finds_a_multiplier_below_one():
     assert rdp_epsilon(lambda a: 2 * a / z ** 2, 1e-5) == pytest.approx(20.0, rel=1e-5)
 
 
+def test_adaptive_calibration_finds_the_plain_runs_z_between_2_and_2_count_noise():
+    # Prepare: every device every round (3 rounds), so the adaptive run at z costs exactly the plain run at z;
+    # the target is the plain run's epsilon at z = 3.5, which count_noise 2 allows (z < 4) but only just: a
+    # search from z = 1 by doubling would try z = 7, a bracket up to 2 / count_noise = 1 would miss it
+    target = accounting.central_epsilon("rdp", 3.5, 20, 20, 3, 1e-5)
+    # Execute
+    z = accounting.calibrate("rdp", target, 1e-5, ("central", 20, 20, 3, 2.0))
+    # Assert
+    assert z == pytest.approx(3.5, rel=1e-6)
+    assert accounting.central_epsilon("rdp", z, 20, 20, 3, 1e-5, 2.0) <= target * (1 + 1e-9)
 
 
 def test_a_target_at_exactly_the_least_epsilon_is_reached_with_the_most_noise():
@@ -232,6 +278,42 @@ def test_a_target_at_exactly_the_least_epsilon_is_reached_with_the_most_noise():
     assert z == pytest.approx(1e4, rel=1e-3)
 
 
+def test_an_adaptive_target_at_exactly_the_least_epsilon_is_reached_just_below_2_count_noise():
+    # Prepare: the most noise adaptive clipping allows is z = 2 count_noise (1 - 1e-9) (at 2 count_noise itself the
+    # update's share of the budget is nothing); its epsilon, 3 rounds of every device, by dp-accounting's RDP
+    upper = 2 * 1.2 * (1 - 1e-9)
+    z_delta = (upper ** -2 - 2.4 ** -2) ** -0.5
+    least = rdp_of(dp_accounting.SelfComposedDpEvent(dp_accounting.ComposedDpEvent(
+        [dp_accounting.GaussianDpEvent(z_delta / 2), dp_accounting.GaussianDpEvent(1.2)]), 3), 1e-5)
+    # Execute: that epsilon is within reach (a bound of 2 count_noise (1 - 2e-9) would put it out of reach)
+    z = accounting.calibrate("rdp", least, 1e-5, ("central", 20, 20, 3, 1.2))
+    # Assert: the most noise allowed
+    assert upper - 1e-6 <= z <= upper
+
+
+def test_calibration_is_dp_accountings_own_search_to_the_last_digit():
+    # Prepare: dp-accounting's search (its default bracket: up from z = 1 by doubling) at tolerance 1e-7; a private
+    # trial's z is part of its numbers, which must not move unless the accountant's version does
+    def reference(target, rounds):
+        return mechanism_calibration.calibrate_dp_mechanism(
+            RdpAccountant, lambda z: dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z / 2), rounds),
+            target, 1e-5, tol=1e-7)
+
+    # Execute / Assert: roots below 1, between 1 and 2 and above 2 (a search from another guess, or by another
+    # bracket, lands elsewhere within its 1e-7)
+    for target, rounds in [(20.0, 1), (8.0, 100), (2.0, 5), (1.0, 3)]:
+        assert accounting.calibrate("rdp", target, 1e-5, ("local", rounds)) == reference(target, rounds)
+
+
+def test_a_local_target_out_of_reach_says_so_with_the_most_noise_and_its_epsilon():
+    # Prepare: RDP's conversion (orders up to 1024) never goes below about 0.0035 at 1e-5, whatever the noise
+    least = rdp_of(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1e4 / 2), 3), 1e-5)
+    # Execute
+    with pytest.raises(ConfigError) as err:
+        accounting.calibrate("rdp", 0.001, 1e-5, ("local", 3))
+    # Assert
+    assert str(err.value) == (f"privacy: target_epsilon=0.001 is out of reach at delta=1e-05 in 3 rounds of one "
+                              f"device: the most noise allowed (z=10000) gives epsilon {least:.4g}")
 
 
 def test_a_central_target_out_of_reach_names_its_rounds_and_devices():
