@@ -24,6 +24,7 @@ from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.setup import build_trial
 from fedarena.system.base import Availability, SystemSpec, system_from
 from fedarena.system.participation import Participation, availability_probability, device_phases
+from fedarena.tracking.runs import _metric_entries
 
 BAD = np.zeros(400, dtype=bool)
 BAD[:80] = True  # 20% malicious
@@ -225,3 +226,11 @@ def test_secure_aggregation_refuses_asynchronous_aggregation(small_config):
     with pytest.raises(ConfigError, match="scales each by its staleness before the rule"):
         build_trial(small_config(privacy={"name": "none", "secure_aggregation": True},
                                  system={"name": "asynchronous", "buffer": 5}))
+
+
+def test_a_deployments_properties_reach_the_store():
+    # what a deployment's run reports at each evaluation is logged with its metrics (MLflow), NaN left out
+    entries = _metric_entries({"acc_pooled": 0.5, "rounds_skipped": 2.0, "reports_mean": 4.5,
+                               "attacker_share": float("nan")}, 10, 0)
+    logged = {entry.key: entry.value for entry in entries}
+    assert logged == {"acc_pooled": 0.5, "rounds_skipped": 2.0, "reports_mean": 4.5}

@@ -25,11 +25,16 @@ AUDIT_PROPERTIES: dict[str, bool | None] = {
     "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
 
 
+# a deployment's (``fedarena.system``; every system but the lab's): rounds skipped (too few reports for the rule), the
+# reports a round aggregated on average, and the attackers' share of all reports
+SYSTEM_PROPERTIES: dict[str, bool | None] = {"rounds_skipped": None, "reports_mean": None, "attacker_share": None}
+
+
 def run_property_directions() -> dict[str, bool | None]:
     """name -> higher is better (None: neither) of every run property: privacy's, those every rule registered now
-    reports (a plugin's too), the audit's (in the order the tables have always shown them)."""
+    reports (a plugin's too), the audit's (in the order the tables have always shown them), a deployment's."""
     declared = {name: better for rule in AGGREGATORS.names() for name, better in AGGREGATORS.get(rule).reports.items()}
-    return {**PRIVACY_PROPERTIES, **declared, **AUDIT_PROPERTIES}
+    return {**PRIVACY_PROPERTIES, **declared, **AUDIT_PROPERTIES, **SYSTEM_PROPERTIES}
 
 
 RUN_PROPERTIES: dict[str, bool | None] = run_property_directions()  # the built-in ones (at import, before any plugin)
