@@ -25,6 +25,8 @@ from fedarena.errors import ConfigError
 
 SECTIONS = ("dataset", "model", "method", "attack", "aggregator", "privacy", "system")
 SYNCHRONOUS = "synchronous"  # the system section's default: every drawn device reports (``fedarena.system``)
+# the system options that act, at the values where they do not: the others act only through these
+SYSTEM_INACTIVE = {"failure_rate": 0.0, "availability": None, "stragglers": 0.0}
 NO_PRIVACY = "none"  # the privacy section's default mechanism (``fedarena.privacy``): no DP, no secure aggregation
 BACKENDS = ("auto", "sequential", "batched")  # auto: models.backends.auto_backend picks one
 SAMPLINGS = ("proportional", "uniform")
@@ -108,9 +110,8 @@ class ExperimentConfig:
     def system_is_default(self) -> bool:
         """Whether the system section is the lab's synchronous rounds (every drawn device reports): no number
         changes, and the section is no part of the trial's identity."""
-        inactive = {"failure_rate": 0.0, "availability": None, "stragglers": 0.0}  # the others act only through these
         return self.system.get("name") == SYNCHRONOUS and all(
-            self.system.get(key, value) == value for key, value in inactive.items())
+            self.system.get(key, value) == value for key, value in SYSTEM_INACTIVE.items())
 
     def legacy_hash(self, exclude: tuple[str, ...] = ()) -> str:
         """What a previous release recorded as the ``config_hash`` of this resolved config (sha256 of the canonical

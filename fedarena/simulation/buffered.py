@@ -33,11 +33,11 @@ from fedarena.simulation.engine import (
     _skipped,
     _stacked,
     adapted,
-    round_draw,
+    round_rule,
+    server_update,
     train_group,
 )
 from fedarena.simulation.setup import Trial
-from fedarena.simulation.work import SERVER as SERVER_WORK
 from fedarena.system.base import ASYNCHRONOUS
 from fedarena.system.latency import first_arrivals, latencies, staleness_weight
 
@@ -99,16 +99,6 @@ def in_flight(trial: Trial, state: SimState) -> tuple[dict, float, SimState]:
     return flight, 0.0, state
 
 
-def _skipped_step(trial: Trial, state: SimState, waiting: dict, ids: np.ndarray, clock: float) -> SimState:
-    """A buffer the rule cannot aggregate (too few in flight: a rule removed devices): its updates are discarded, the
-    model stays, the step is counted as skipped, and as many devices are dispatched as the buffer held."""
-    skipped = _skipped(state, state.clients, state.attack)
-    new, clients, attack = dispatch(trial, skipped, state.w, skipped.clients, state.round + 1, len(ids),
-                                    waiting["ids"].cpu().numpy(), clock)
-    flight = _joined(waiting, new)
-    system = {**skipped.part(SYSTEM), **flight, "clock": torch.tensor(clock, dtype=torch.float64)}
-    return SimState(skipped.round, state.w, clients, state.diverged_at, state.history,
-                    {**skipped.parts, ATTACK_STATE: attack, SYSTEM: system})
 
 
 def buffered_round(trial: Trial, state: SimState) -> SimState:
@@ -123,40 +113,36 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     ids = buffer["ids"].cpu().numpy()
     state = replace(state, parts={**state.parts, SYSTEM: trial.participation.tallied(state.part(SYSTEM), ids)})
     if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(ids)):
-        return _skipped_step(trial, state, waiting, ids, clock)
+        # a buffer the rule cannot aggregate (a rule removed devices): discarded, the step counted as skipped
+        return _refilled(trial, _skipped(state, state.clients, state.attack), waiting, len(ids), clock)
     staleness = t - buffer["version"].cpu().numpy()
     stacked = buffer["updates"].to(state.w.device)
     rows = torch.as_tensor(ids, device=trial.device)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
     info = ServerInfo(trial.weights[rows], losses, rows, trial.cfg.lr, t)
     server = dict(state.server)
-    aggregate = trial.aggregate
-    if aggregate is not None and aggregate.needs_round:  # the rule's round inputs are the server's work too
-        order = ids[np.argsort(buffer["arrival"].cpu().numpy(), kind="stable")]
-        with trial.work.measured(SERVER_WORK):
-            aggregate = aggregate.for_round(round_draw(trial, order, t, server, state.w))
-    view = StageView(trial, t, ids, aggregate, info.weights, info.losses, server)
+    arrived = ids[np.argsort(buffer["arrival"].cpu().numpy(), kind="stable")]  # the rule's "draw": arrival order
+    view = StageView(trial, t, ids, round_rule(trial, arrived, t, server, state.w), info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the senders send: an attack tampers with its devices' rows
         stacked = stage(stacked, view)
     scale = torch.as_tensor(staleness_weight(staleness), dtype=stacked.dtype, device=stacked.device)
     stacked = stacked * scale[:, None]  # the server's scaling of late updates
-    rule = aggregate
-    for stage in trial.pipeline.server:
-        rule = stage(rule, view)
-    clients = state.clients
-    with trial.work.measured(SERVER_WORK):
-        w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
+    w_new, clients = server_update(trial, state.w, state.clients, stacked, info, view)
     kept = _kept(trial, w_new, clients, rows)
     parts = {**state.parts, SERVER: server} if kept else dict(state.parts)
     w_next = w_new if kept else state.w
-    step_state = SimState(t, w_next, clients, state.diverged_at, state.history, parts)
-    new, clients, attack = dispatch(trial, step_state, w_next, clients, t + 1, len(ids),
-                                    waiting["ids"].cpu().numpy(), clock)
-    flight = _joined(waiting, new)
-    system = {**state.part(SYSTEM), **flight, "clock": torch.tensor(clock, dtype=torch.float64)}
-    parts = {**parts, ATTACK_STATE: attack, SYSTEM: system}
     diverged_at = state.diverged_at if kept or state.diverged else t
-    return SimState(t + 1, w_next, clients, diverged_at, state.history, parts)
+    stepped = SimState(t + 1, w_next, clients, diverged_at, state.history, parts)
+    return _refilled(trial, stepped, waiting, len(ids), clock)
+
+
+def _refilled(trial: Trial, stepped: SimState, waiting: dict, count: int, clock: float) -> SimState:
+    """The state after a server step (``stepped``: its round counted) with ``count`` devices dispatched on its model
+    beside those still ``waiting`` (keyed by the step they start at), and the clock."""
+    new, clients, attack = dispatch(trial, stepped, stepped.w, stepped.clients, stepped.round, count,
+                                    waiting["ids"].cpu().numpy(), clock)
+    system = {**stepped.part(SYSTEM), **_joined(waiting, new), "clock": torch.tensor(clock, dtype=torch.float64)}
+    return replace(stepped, clients=clients, parts={**stepped.parts, ATTACK_STATE: attack, SYSTEM: system})
 
 
 

@@ -18,6 +18,7 @@ import torch
 
 from fedarena.attacks.base import AttackView
 from fedarena.attacks.bounds import checked_corrupt
+from fedarena.config import SYNCHRONOUS
 from fedarena.methods.aggregators.base import EXCLUDED, RoundDraw
 from fedarena.methods.base import ServerInfo, StepContext, sgd
 from fedarena.round_inputs import computed_inputs
@@ -298,18 +299,11 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     who = rows if len(senders) == len(ids) else torch.as_tensor(senders, device=trial.device)
     info = ServerInfo(trial.weights[who], losses, who, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
-    aggregate = trial.aggregate
-    if aggregate is not None and aggregate.needs_round:  # the others never read the round's draw
-        with trial.work.measured(SERVER_WORK):  # the rule's round inputs (FLTrust's root update) are its work too
-            aggregate = aggregate.for_round(round_draw(trial, drawn, t, server, state.w))
+    aggregate = round_rule(trial, drawn, t, server, state.w)
     view = StageView(trial, t, senders, aggregate, info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the devices send: canaries join, local DP, tampering
         stacked = stage(stacked, view)
-    rule = aggregate
-    for stage in trial.pipeline.server:  # what the server step calls: central DP
-        rule = stage(rule, view)
-    with trial.work.measured(SERVER_WORK):
-        w_new, clients = trial.method.server_step(state.w, clients, stacked, info, rule)
+    w_new, clients = server_update(trial, state.w, clients, stacked, info, view)
     if not _kept(trial, w_new, clients, trained):  # drop the whole round: global model and the per-client rows it touched
         _restore(clients, saved, trained)
         parts = {**state.parts, ATTACK_STATE: attack}  # the attacker's own state is its, whatever is dropped
@@ -318,6 +312,27 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     for slot, stage in trial.pipeline.after_round:  # what observes the released model (a privacy audit)
         parts[slot] = stage(parts.get(slot, {}), w_new - state.w, view)
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history, parts)
+
+
+def round_rule(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict, w: torch.Tensor):
+    """The trial's rule for the round: with its view of the round (``round_draw``; the others never read the
+    draw), whose round inputs (FLTrust's root update) are the server's work too."""
+    aggregate = trial.aggregate
+    if aggregate is None or not aggregate.needs_round:
+        return aggregate
+    with trial.work.measured(SERVER_WORK):
+        return aggregate.for_round(round_draw(trial, drawn, round_idx, server, w))
+
+
+def server_update(trial: Trial, w: torch.Tensor, clients: dict, stacked: torch.Tensor, info: ServerInfo,
+                  view: StageView) -> tuple[torch.Tensor, dict]:
+    """(the new global model, clients): the server stages wrap the round's rule (central DP), then the method's server
+    step runs it on what the senders sent (the server's work, ``simulation.work``)."""
+    rule = view.rule
+    for stage in trial.pipeline.server:
+        rule = stage(rule, view)
+    with trial.work.measured(SERVER_WORK):
+        return trial.method.server_step(w, clients, stacked, info, rule)
 
 
 def _skipped(state: SimState, clients: dict, attack: dict) -> SimState:
@@ -405,12 +420,12 @@ def _triggered(trial: Trial, state: SimState) -> Pooled:
 
 # what a round is, by the trial's system (``fedarena.system``): the synchronous round here; asynchronous aggregation's
 # server step registers itself from ``simulation.buffered`` (which reads this module's parts of a round)
-ROUND_STEPS: dict[str, Callable] = {}
+ROUND_STEPS: dict[str, Callable] = {SYNCHRONOUS: run_round}
 
 
 def round_kind(trial: Trial) -> Callable[[Trial, SimState], SimState]:
     name = trial.participation.spec.name
-    step = run_round if name == "synchronous" else ROUND_STEPS.get(name)
+    step = ROUND_STEPS.get(name)
     if step is None:
         raise RuntimeError(f"system {name!r} has no round registered here: import fedarena.simulation.buffered "
                            f"(run_experiment does)")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fedarena.config import SYNCHRONOUS, SYSTEM_INACTIVE
 from fedarena.errors import ConfigError
 from fedarena.params import SectionKind
 from fedarena.registry import Registry
 
-SYNCHRONOUS, ASYNCHRONOUS = "synchronous", "asynchronous"
+ASYNCHRONOUS = "asynchronous"
 STRAGGLER_POLICIES = ("drop", "include")  # FedProx's experiments: FedAvg drops them, FedProx includes their work
 ON_UNDEFINED = ("skip",)  # a round whose reporters are too few for the rule: the global model stays as it was
 TIMINGS = ("honest", "fresh", "stale")  # when an attacker's update arrives under asynchronous aggregation
@@ -62,9 +63,9 @@ class SystemSpec:
 
     @property
     def default(self) -> bool:
-        """The lab's synchronous rounds: nothing of this section changes a number."""
-        return (self.name == SYNCHRONOUS and self.failure_rate == 0 and self.availability is None
-                and self.stragglers == 0)
+        """The lab's synchronous rounds: nothing of this section changes a number (``ExperimentConfig.system_is_default``
+        on the section as written)."""
+        return self.name == SYNCHRONOUS and all(getattr(self, key) == value for key, value in SYSTEM_INACTIVE.items())
 
     @property
     def partial_participation(self) -> bool:
