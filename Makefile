@@ -63,7 +63,7 @@ MODULE ?=
 mutants:
 	@test -n "$(MODULE)" || { echo "usage: make mutants MODULE=fedarena/privacy/noise.py (its tests: tests/mutants.toml)"; exit 2; }
 	$(MAKE) install EXTRAS=mutation
-	$(BIN)/python tests/mutants.py $(MODULE)
+	$(BIN)/python tests/mutants.py $(MODULE) $(if $(ONLY),--only $(ONLY),)
 
 lint: install
 	$(BIN)/ruff check fedarena tests

@@ -74,3 +74,39 @@ def report(tmp_path_factory):
     uri = fill_store(folder)
     path = build_report(NAME, uri, folder / "out")
     return path.read_text(encoding="utf-8"), uri, path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with real processes (integration) first, then slow ones, then the rest, each file's tests together
+    and in their order: the two workers (``--dist loadfile``, with ``--no-loadscope-reorder``) take files in this
+    order, so the long files start at once and the short ones fill in at the end. xdist's own order (most tests
+    first) started the longest files, which hold few tests, last: one worker ran them alone at the end."""
+
+    def weight(item) -> int:
+        return 0 if item.get_closest_marker("integration") else 1 if item.get_closest_marker("slow") else 2
+
+    rank: dict[str, int] = {}
+    for item in items:
+        rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 2), weight(item))
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: files and tests keep their order
+
+
+@pytest.fixture(autouse=True)
+def built_in_components_only(request):
+    """An exact test (``*_exact.py``) sees fedarena's own components only: a plugin that an earlier test of the same
+    worker loaded (``test_plugins``, the battery's ``evaluate``) stays registered for the process and would join
+    the lists these tests pin (which methods, attacks and rules a mechanism composes with). The registries are
+    restored after the test."""
+    if not request.path.name.endswith("_exact.py"):
+        yield
+        return
+    from fedarena.registry import Registry
+
+    saved = [(registry, {key: dict(value) for key, value in vars(registry).items() if isinstance(value, dict)})
+             for registry in list(Registry.instances)]
+    for registry, _ in saved:
+        for name in [name for name in registry.registered() if registry.origin(name) is not None]:
+            registry.remove(name)
+    yield
+    for registry, tables in saved:
+        vars(registry).update(tables)

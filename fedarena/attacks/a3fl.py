@@ -52,7 +52,7 @@ from torch import nn
 from fedarena.attacks.backdoor import check_target, make_patch, stop
 from fedarena.attacks.base import AttackView, Backdoor, Effect, attack
 from fedarena.attacks.bounds import TriggerBound
-from fedarena.attacks.checks import fraction, positive, whole
+from fedarena.attacks.checks import fraction, non_negative, positive, whole
 from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.pixels import PIXELS, valid_box
 
@@ -205,8 +205,8 @@ def a3fl(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Genera
     search = partial(search_trigger, **options, steps=whole(name, "steps", steps, 0),
                      trigger_lr=positive(name, "trigger_lr", trigger_lr), adv_every=whole(name, "adv_every", adv_every, 0),
                      adv_epochs=whole(name, "adv_epochs", adv_epochs, 1), adv_lr=positive(name, "adv_lr", adv_lr),
-                     noise_lambda=float(noise_lambda), batch_size=whole(name, "batch_size", batch_size, 1),
-                     low=low, high=high)
+                     noise_lambda=non_negative(name, "noise_lambda", noise_lambda),
+                     batch_size=whole(name, "batch_size", batch_size, 1), low=low, high=high)
     share = fraction("a3fl", "poison_fraction", poison_fraction)
     backdoor = Backdoor(target, None, restamp=partial(restamp, initial=initial, mask=mask))
     bound = TriggerBound(positions=make_patch(dataset, "a3fl", size, position, 0.0).pixels)  # the patch's pixels

@@ -49,9 +49,12 @@ def check_stamped(attack: str, bound: TriggerBound, clean: torch.Tensor, stamped
     if len(clean) == 0:
         return
     before, after = clean.reshape(len(clean), -1), stamped.reshape(len(stamped), -1)
-    changed = after != before
+    changed = (after != before) & ~(after.isnan() & before.isnan())  # a NaN left as it was is not a change
     if not bool(changed.any()):
         return
+    if not bool(after[changed].isfinite().all()):  # a NaN would pass every comparison below
+        raise BoundExceeded(f"attack {attack!r} stamped a sample with a value that is not a finite number: its "
+                            "trigger is broken (see fedarena.attacks.bounds)")
     low, high = (b.to(after.device, after.dtype).reshape(-1).expand_as(after) for b in box)
     span = (high - low).clamp_min(1e-30)
     outside = torch.maximum(low - after, after - high).clamp_min(0) / span
@@ -67,8 +70,8 @@ def check_stamped(attack: str, bound: TriggerBound, clean: torch.Tensor, stamped
     if bound.positions is not None:
         moved = changed.reshape(len(changed), -1, *image_hw).any(dim=1).any(dim=0)  # [H, W]
         allowed = torch.zeros(image_hw, dtype=torch.bool, device=moved.device)
-        rows, cols = zip(*bound.positions, strict=True)
-        allowed[list(rows), list(cols)] = True
+        for row, col in bound.positions:  # none declared: no pixel may move
+            allowed[row, col] = True
         stray = (moved & ~allowed).nonzero().tolist()
         if stray:
             raise BoundExceeded(f"attack {attack!r} changed pixel positions {stray[:3]} outside the "

@@ -13,6 +13,11 @@ def _number(attack: str, key: str, value) -> float:
     return float(value)
 
 
+def number(attack: str, key: str, value) -> float:
+    """``value`` as a float; ConfigError unless it is a finite number (not a bool)."""
+    return _number(attack, key, value)
+
+
 def positive(attack: str, key: str, value) -> float:
     """``value`` as a float; ConfigError unless it is a finite number > 0."""
     number = _number(attack, key, value)

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from fedarena.attacks.backdoor import check_target, stop
 from fedarena.attacks.base import AttackView, Backdoor, Effect, attack
 from fedarena.attacks.bounds import TriggerBound
-from fedarena.attacks.checks import fraction, positive, whole
+from fedarena.attacks.checks import fraction, number, positive, whole
 from fedarena.datasets.base import FederatedDataset
 from fedarena.datasets.pixels import check_varying, image_shape, valid_box
 from fedarena.errors import ConfigError
@@ -162,6 +162,8 @@ def iba(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generat
     """IBA (Nguyen et al., NeurIPS 2023): a generator's bounded, sample-specific trigger, trained against the global
     model, with the authors' two-phase schedule (see the module)."""
     target = check_target(dataset, "iba", target)
+    eps, test_eps, decay = (number("iba", key, value) for key, value in  # numbers (not bools), then their ranges
+                            (("eps", eps), ("test_eps", test_eps), ("decay", decay)))
     if not 0 < test_eps <= eps <= 1 or not 0 <= decay < 1:
         raise ConfigError(f"attack 'iba': eps and test_eps bound each pixel's change as a share of the raw pixel "
                           f"range, 0 < test_eps <= eps <= 1, and 0 <= decay < 1; got eps={eps!r}, "
