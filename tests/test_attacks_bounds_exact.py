@@ -160,7 +160,7 @@ def test_the_refusal_names_the_first_three_stray_positions_row_by_row_and_counts
 
 def test_a_position_that_is_not_a_row_column_pair_is_refused_not_truncated():
     clean, stamped = three_channels([(0, 0, 0, 0)])
-    with pytest.raises(ValueError, match=r"too many values to unpack") as err:
+    with pytest.raises(ValueError, match=r"zip\(\) argument 2 is shorter than argument 1") as err:
         check_stamped("a", TriggerBound(positions=((0, 0, 1), (1, 1))), clean, stamped, BOX3, (2, 3))
     assert type(err.value) is ValueError
 
@@ -249,3 +249,15 @@ def test_no_declared_position_lets_no_pixel_move():
     stamped[0, 0, 1, 0] = 0.505
     assert refusal(TriggerBound(positions=()), clean, stamped, box, (2, 2)) == (
         "attack 'a' changed pixel positions [[1, 0]] outside the 0 it declares: its trigger is broken")
+
+
+def test_a_value_that_was_not_a_finite_number_has_an_unbounded_change_and_hides_no_overstep():
+    # a clean NaN stamped to a finite value once made the largest change NaN, and every overstep beside it passed
+    box = (torch.zeros(1, 4, 4), torch.ones(1, 4, 4))
+    clean = torch.full((2, 1, 4, 4), 0.5)
+    clean[0, 0, 0, 0] = float("nan")
+    stamped = clean.clone()
+    stamped[0, 0, 0, 0] = 0.5
+    assert refusal(TriggerBound(linf=0.1), clean, stamped, box, (4, 4)) == (
+        "attack 'a' changed a pixel by inf of the raw range, beyond its declared L-infinity bound 0.1: its trigger "
+        "is broken")

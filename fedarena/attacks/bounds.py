@@ -3,7 +3,8 @@
 An attack that stamps a trigger declares its bound (``TriggerBound``) on its ``Effect``: an L-infinity bound on
 each pixel's change (IBA's eps, and its smaller one for the success rate's samples) and/or the pixel positions it
 may change (a patch's), in raw pixel units (fractions of the raw range, ``datasets.pixels``); every value it
-changes stays inside the valid box. The engine checks each stamped sample against it (``check_stamped``, through
+changes stays inside the valid box and is a finite number (a NaN compares false with every limit; a value that
+was not finite has an unbounded change). The engine checks each stamped sample against it (``check_stamped``, through
 ``simulation.stamps``) wherever the attack stamps: the poisoned training data at set-up, each round's corrupted
 rows, the test samples its success rate reads, so a change that breaks a bound fails every run it touches with one
 line naming the attack.
@@ -11,6 +12,7 @@ line naming the attack.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +30,7 @@ class BoundExceeded(ValueError):
 class TriggerBound:
     """The most a stamped sample may differ from its clean self, in raw pixel units: ``linf``, each pixel's change
     as a fraction of the raw range (None: unbounded), ``test_linf`` the same for the success rate's samples (None:
-    ``linf``), and ``positions``, the (row, column) pixel positions it may change, every channel (None: any)."""
+    ``linf``), and ``positions``, the (row, column) pixel positions it may change, every channel (None: any; (): none)."""
 
     linf: float | None = None
     test_linf: float | None = None
@@ -63,15 +65,17 @@ def check_stamped(attack: str, bound: TriggerBound, clean: torch.Tensor, stamped
         raise BoundExceeded(f"attack {attack!r} stamped a sample outside the valid pixel box by {worst_outside:.3g} "
                             "of the raw range: its trigger is broken (see fedarena.attacks.bounds)")
     if bound.linf is not None:
-        worst = float(((after - before).abs() / span)[changed].max())
+        # a value that was not a finite number has no bounded change: counted as infinite, never as NaN
+        worst = float((torch.nan_to_num((after - before).abs(), nan=math.inf) / span)[changed].max())
         if worst > bound.linf + RAW_TOLERANCE:
             raise BoundExceeded(f"attack {attack!r} changed a pixel by {worst:.4g} of the raw range, beyond its "
                                 f"declared L-infinity bound {bound.linf:.4g}: its trigger is broken")
     if bound.positions is not None:
         moved = changed.reshape(len(changed), -1, *image_hw).any(dim=1).any(dim=0)  # [H, W]
         allowed = torch.zeros(image_hw, dtype=torch.bool, device=moved.device)
-        for row, col in bound.positions:  # none declared: no pixel may move
-            allowed[row, col] = True
+        if bound.positions:  # none declared: no pixel may move
+            rows, cols = zip(*bound.positions, strict=True)
+            allowed[list(rows), list(cols)] = True
         stray = (moved & ~allowed).nonzero().tolist()
         if stray:
             raise BoundExceeded(f"attack {attack!r} changed pixel positions {stray[:3]} outside the "
