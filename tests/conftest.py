@@ -110,3 +110,17 @@ def built_in_components_only(request):
     yield
     for registry, tables in saved:
         vars(registry).update(tables)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def plugins_unloaded_after_each_file():
+    """A test file that loads plugins into this process (the site's submissions, the battery's ``evaluate``,
+    ``test_plugins``) unloads them when it ends: a worker runs files in any order, and a plugin left registered
+    joins what later files check (every rule's docstring, a recipe registering the same name)."""
+    from fedarena import plugins
+
+    before = {source.digest for source in plugins.loaded()}
+    yield
+    for source in plugins.loaded():
+        if source.digest not in before:
+            plugins.unload(source)
