@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedarena.attacks.base import Effect, attack
-from fedarena.attacks.checks import choice, positive
+from fedarena.attacks.checks import choice, number, positive
 from fedarena.datasets.base import FederatedDataset
 from fedarena.errors import ConfigError
 
@@ -196,7 +196,7 @@ def fang(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Genera
          knowledge: str = "benign") -> Effect:
     """Fang et al. (USENIX Security 2020) on trimmed mean / median (see ``fang_updates``); ``b`` > 1 (the
     paper's 2) bounds how far past the honest extremes the malicious values go."""
-    if b <= 1:
+    if number("fang", "b", b) <= 1:  # a NaN, an infinity or a string is refused first, as every other setting's
         raise ConfigError(f"attack 'fang': b must be > 1, got {b!r}")
     tamper = partial(fang_updates, b=float(b), knowledge=_knowledge("fang", knowledge))
     return knowledge_effect(dataset, tamper, knowledge)

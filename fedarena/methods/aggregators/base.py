@@ -215,11 +215,12 @@ def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | 
     (``aggregator: {pre: [name, {name: other, option: value}]}``): its options are its other keyword-only
     parameters, with their defaults; see ``PreAggregatorEntry``."""
 
+    declared = checked_reads(inputs, f"pre-aggregator {name!r}")  # a string is refused, not split into letters
+
     def decorator(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-        if inputs and "round" not in inspect.signature(fn).parameters:
-            raise ConfigError(f"pre-aggregator {name!r} reads {', '.join(inputs)} but takes no 'round' keyword")
-        entry = PreAggregatorEntry(fn, check, rows, members, tuple(device_reads),
-                                   checked_reads(tuple(inputs), f"pre-aggregator {name!r}"))
+        if declared and "round" not in inspect.signature(fn).parameters:
+            raise ConfigError(f"pre-aggregator {name!r} reads {', '.join(declared)} but takes no 'round' keyword")
+        entry = PreAggregatorEntry(fn, check, rows, members, tuple(device_reads), declared)
         PRE_AGGREGATORS.add(name, entry, version=version)
         return fn
 
@@ -279,8 +280,9 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
     if unknown:
         raise TypeError(f"aggregator() got unexpected keyword arguments {unknown}; allowed besides its own: "
                         f"{', '.join(LEGACY_READS)}")
-    declared = checked_reads(tuple(reads) + tuple(r for k, on in flags.items() if on for r in LEGACY_READS[k]),
-                             f"aggregator {name!r}")
+    # checked before joining the flags' reads: a string would otherwise split into letters, each a "name"
+    declared = checked_reads(checked_reads(reads, f"aggregator {name!r}")
+                             + tuple(r for k, on in flags.items() if on for r in LEGACY_READS[k]), f"aggregator {name!r}")
     reports = dict(reports or {})
     if (certify is None) != (not reports) or not all(v in (True, False, None) for v in reports.values()):
         raise ConfigError(f"aggregator {name!r}: a certify hook and the properties it reports come together "
