@@ -100,10 +100,11 @@ def global_model(view: RoundView) -> torch.Tensor:
 
 def checked_reads(reads, owner: str) -> tuple[str, ...]:
     """``reads`` as a tuple of names, each a string (which input provides it is checked when a trial is built)."""
-    if isinstance(reads, str) or not all(isinstance(name, str) for name in reads):
+    names = None if isinstance(reads, str) else tuple(reads)  # a generator is read once, here
+    if names is None or not all(isinstance(name, str) for name in names):
         raise ConfigError(f"{owner} declares reads={reads!r}: a tuple of round inputs' names ({', '.join(CORE)} or "
                           "a registered round input)")
-    return tuple(dict.fromkeys(reads))
+    return tuple(dict.fromkeys(names))
 
 
 def provided(reads: tuple[str, ...], owner: str) -> tuple[str, ...]:

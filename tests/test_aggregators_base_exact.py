@@ -643,3 +643,28 @@ def test_reads_given_as_one_string_are_refused_not_split_into_letters(temporary)
                                           r"of round inputs' names"):
         pre_aggregator("_base_exact_pre", inputs="root_update")
     assert "_base_exact_rule" not in AGGREGATORS and "_base_exact_pre" not in PRE_AGGREGATORS
+
+
+def test_reads_given_as_a_generator_are_read_once_and_kept(temporary):
+    # checking each name used to consume a generator, which then declared no reads at all
+    temporary.append("_base_exact_rule")
+    aggregator("_base_exact_rule", reads=(r for r in ("round", "losses")))(lambda u, *, weights, losses, f, round: u)
+    assert AGGREGATORS.get("_base_exact_rule").reads == ("round", "losses")
+    temporary.append("_base_exact_pre")
+    pre_aggregator("_base_exact_pre", inputs=iter(["model"]))(lambda u, *, f, round: u)
+    assert PRE_AGGREGATORS.get("_base_exact_pre").inputs == ("model",)
+
+
+def test_tasks_and_device_reads_given_as_one_string_are_refused(temporary):
+    temporary.extend(["_base_exact_rule", "_base_exact_pre"])
+    for key, value in (("tasks", "classification"), ("device_reads", "device_data")):
+        with pytest.raises(ConfigError, match=rf"^aggregator '_base_exact_rule' declares {key}='{value}': a tuple of "
+                                              r"names, not one string$"):
+            aggregator("_base_exact_rule", **{key: value})(lambda u, *, weights, f: u)
+    with pytest.raises(ConfigError, match=r"^pre-aggregator '_base_exact_pre' declares device_reads='device_data': a "
+                                          r"tuple of names, not one string$"):
+        pre_aggregator("_base_exact_pre", device_reads="device_data")(lambda u, *, f: u)
+    assert "_base_exact_rule" not in AGGREGATORS and "_base_exact_pre" not in PRE_AGGREGATORS
+    aggregator("_base_exact_rule", tasks=["classification"], device_reads=["device_data"])(lambda u, *, weights, f: u)
+    assert AGGREGATORS.get("_base_exact_rule").tasks == ("classification",)
+    assert AGGREGATORS.get("_base_exact_rule").device_reads == ("device_data",)

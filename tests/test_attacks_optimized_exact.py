@@ -456,3 +456,16 @@ def test_fang_with_partial_knowledge_reads_the_malicious_rows():
     # full knowledge: benign (-5, 5), (-7, 9): mean (-6, 7); max -5 <= 0 -> [-5, -2.5]; min 5 > 0 -> [2.5, 5]
     expected = uniform_in([-5.0, 2.5], [-2.5, 5.0], 2, seed=5)
     torch.testing.assert_close(fang_sent(updates, bad, seed=5), expected, rtol=0, atol=1e-12)
+
+
+def test_fang_with_a_huge_b_sends_finite_values_past_the_honest_extremes():
+    # in float32 b x 3 and b x -3 overflow at b = 1e39 (past 3.4e38); the interval then was [-inf, -3] and the
+    # draw -inf + u x inf = NaN. Its ends now saturate at half float32's largest value.
+    honest = torch.tensor([[3.0, -3.0], [-1.0, 1.0], [2.0, -1.0]], dtype=torch.float32)  # mean (4/3, -1)
+    updates = torch.cat([honest, torch.zeros(2, 2)])
+    bad = mask(False, False, False, True, True)
+    out = effect("fang", b=1e39).tamper(updates, bad, torch.Generator().manual_seed(0))[bad]
+    half = torch.finfo(torch.float32).max / 2
+    assert torch.isfinite(out).all()
+    assert (out[:, 0] >= -half).all() and (out[:, 0] <= -1.0).all()  # mean > 0: at or below the honest minimum -1
+    assert (out[:, 1] <= half).all() and (out[:, 1] >= 1.0).all()  # mean < 0: at or above the honest maximum 1

@@ -144,7 +144,10 @@ def fang_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator,
     low, high = honest.min(0).values, honest.max(0).values
     below = torch.stack([torch.where(low > 0, low / b, b * low), low])  # [2, d]: interval ends
     above = torch.stack([high, torch.where(high > 0, b * high, high / b)])
-    ends = torch.where(honest.mean(0) > 0, below, above)
+    # a huge b overflows b x an extreme to +-inf, and -inf + u x inf is NaN: the ends saturate at half the dtype's
+    # largest value, where the interval's width is still finite (a no-op for every b x extreme within it)
+    half = torch.finfo(updates.dtype).max / 2
+    ends = torch.where(honest.mean(0) > 0, below, above).clamp(-half, half)
     u = torch.rand((int(bad.sum()), updates.shape[1]), generator=gen, device=updates.device, dtype=updates.dtype)
     out = updates.clone()
     out[bad] = ends[0] + u * (ends[1] - ends[0])

@@ -208,6 +208,13 @@ class PreAggregatorEntry:
 PRE_AGGREGATORS: Registry[PreAggregatorEntry] = Registry("pre-aggregator")
 
 
+def names_of(value, owner: str, key: str) -> tuple[str, ...]:
+    """A registration's tuple of names; one string is refused (taken as a tuple it would be its letters)."""
+    if isinstance(value, str):
+        raise ConfigError(f"{owner} declares {key}={value!r}: a tuple of names, not one string")
+    return tuple(value)
+
+
 def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | None = None,
                    rows: Callable[..., int] | None = None, members: Callable[..., list[torch.Tensor]] | None = None,
                    device_reads: tuple[str, ...] = (), inputs: tuple[str, ...] = ()):
@@ -220,7 +227,8 @@ def pre_aggregator(name: str, *, version: int = 1, check: Callable[..., None] | 
     def decorator(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
         if declared and "round" not in inspect.signature(fn).parameters:
             raise ConfigError(f"pre-aggregator {name!r} reads {', '.join(declared)} but takes no 'round' keyword")
-        entry = PreAggregatorEntry(fn, check, rows, members, tuple(device_reads), declared)
+        entry = PreAggregatorEntry(fn, check, rows, members, names_of(device_reads, f"pre-aggregator {name!r}",
+                                                                      "device_reads"), declared)
         PRE_AGGREGATORS.add(name, entry, version=version)
         return fn
 
@@ -295,7 +303,8 @@ def aggregator(name: str, *, check: Check | None = None, reads: tuple[str, ...] 
                               "round's draw and inputs reach it as round=RoundDraw(...)")
         AGGREGATORS.add(name, AggregatorEntry(fn, check_common if check is None else check, declared, selects,
                                               sensitivity, sum_only, per_client, certify, reports, excludes,
-                                              tuple(tasks), tuple(device_reads)),
+                                              names_of(tasks, f"aggregator {name!r}", "tasks"),
+                                              names_of(device_reads, f"aggregator {name!r}", "device_reads")),
                         version=version, effective=effective, search=search)
         return fn
 
