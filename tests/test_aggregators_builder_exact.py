@@ -390,3 +390,16 @@ def test_the_records_annotations_resolve():
 
     hints = typing.get_type_hints(Aggregator)
     assert hints["round"] == RoundDraw | None and hints["f"] is int
+
+
+def test_an_unknown_option_of_a_pre_aggregator_with_several_lists_each_in_order():
+    # no built-in pre-aggregator has two options; a user's may (a registered one, removed after the test)
+    from fedarena.methods.aggregators.base import pre_aggregator
+
+    pre_aggregator("_builder_exact_two")(lambda updates, *, f, width=1.0, depth=2: updates)
+    try:
+        with pytest.raises(ConfigError) as err:
+            pre_specs({"pre": [{"name": "_builder_exact_two", "height": 3}]})
+        assert str(err.value) == "pre-aggregator '_builder_exact_two' has no option 'height' (allowed: depth, width)"
+    finally:
+        PRE_AGGREGATORS.remove("_builder_exact_two")

@@ -305,6 +305,15 @@ def test_a_bad_option_is_refused_naming_the_attack_and_what_is_allowed(digits, p
     assert refusal(dataset=digits, **params) == message
 
 
+def test_a_bad_stop_round_is_refused_before_the_pool_is_built(digits, monkeypatch):
+    def no_pool(*args):
+        raise AssertionError("the edge pool was built before every option was checked")
+
+    monkeypatch.setattr(module, "edge_pool", no_pool)
+    assert refusal(dataset=digits, stop_round=-1) == (
+        "attack 'edge_case': stop_round must be a round number >= 0 or null, got -1")
+
+
 @pytest.mark.parametrize("edge_fraction, test_fraction", [(1.0, 0.3), (0.2, 1)])
 def test_a_fraction_of_1_is_refused_saying_both_must_be_below_1(digits, edge_fraction, test_fraction):
     assert refusal(dataset=digits, edge_fraction=edge_fraction, test_fraction=test_fraction) == (

@@ -111,6 +111,7 @@ def edge_case(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.G
         raise ConfigError(f"attack 'edge_case': edge_fraction (the edge samples' share of a malicious device's data) "
                           f"and test_fraction (held out for the success rate) must be below 1, got "
                           f"{edge_fraction}, {test_fraction}")
+    last = stop("edge_case", stop_round)  # checked before the pool is built (a cold cache loads for seconds)
     pool = torch.from_numpy(edge_pool(dataset, source))
     order = torch.as_tensor(rng.permutation(len(pool)), dtype=torch.long)
     cut = max(1, int(held_out * len(pool)))
@@ -118,4 +119,4 @@ def edge_case(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.G
     shape = dataset.clients[0].test.x.shape[1:]
     backdoor = Backdoor(target, None, samples=test.reshape(len(test), *shape))
     return Effect(with_edge_samples(dataset, malicious, train, target, share), backdoor=backdoor,
-                  stop_round=stop("edge_case", stop_round))
+                  stop_round=last)
