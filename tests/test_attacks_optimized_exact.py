@@ -469,3 +469,13 @@ def test_fang_with_a_huge_b_sends_finite_values_past_the_honest_extremes():
     assert torch.isfinite(out).all()
     assert (out[:, 0] >= -half).all() and (out[:, 0] <= -1.0).all()  # mean > 0: at or below the honest minimum -1
     assert (out[:, 1] <= half).all() and (out[:, 1] >= 1.0).all()  # mean < 0: at or above the honest maximum 1
+
+
+def test_fangs_saturation_leaves_ends_within_half_the_largest_float_as_they_are():
+    # float32's largest is 3.4e38: an honest minimum of -1.5e38 with b = 1.1 gives the interval [-1.65e38, -1.5e38],
+    # inside +-1.7e38, which the draw must keep (mean (1.6e38 - 1.5e38) / 2 > 0: below the honest minimum)
+    honest = torch.tensor([[1.6e38], [-1.5e38]], dtype=torch.float32)
+    updates = torch.cat([honest, torch.zeros(2, 1)])
+    bad = mask(False, False, True, True)
+    out = effect("fang", b=1.1).tamper(updates, bad, torch.Generator().manual_seed(0))[bad]
+    assert (out <= -1.5e38).all() and (out >= -1.65e38 * (1 + 1e-6)).all()
