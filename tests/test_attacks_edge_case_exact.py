@@ -324,3 +324,10 @@ def test_a_fraction_of_1_is_refused_saying_both_must_be_below_1(digits, edge_fra
 def test_edge_case_is_registered_at_version_2_and_reads_nothing_else():
     assert ATTACKS.get("edge_case") is edge_case and ATTACKS.version("edge_case") == 2
     assert attack_reads({"name": "edge_case", "level": 0.2}) == ()
+
+
+def test_a_dataset_of_one_device_gets_its_held_out_samples_in_its_own_shape():
+    # the held-out samples take the shape of the (first) device's test inputs: a one-device dataset has no other
+    one = build_dataset("digits", {"name": "digits", "num_clients": 1}, np.random.default_rng(0))
+    effect = edge_case(one, np.ones(1, dtype=bool), np.random.default_rng(5))
+    assert effect.backdoor.samples.shape == (150, *one.clients[0].test.x.shape[1:])
