@@ -37,7 +37,12 @@ def test_every_fingerprint_is_the_golden_one_of_its_identity(vehicle_dir, golden
     # behaviour without a version bump
     missing = sorted(e["name"] for h, e in computed.items() if h not in golden)
     assert not missing, f"identities not in {GOLDEN.name} (a version was bumped? run tests/identity_sweep.py --update): {missing}"
-    changed = {e["name"]: differences(golden[h]["fingerprint"], e["fingerprint"]) for h, e in computed.items()}
+    # a few configs hit a tie or a chaotic step that two CPUs' kernels round apart (Bulyan's and Neurotoxin's ties,
+    # SKL's saturated softmax): their entries also hold ("also") the fingerprint the other CPU computes; a change of
+    # behaviour moves away from every one of them
+    changed = {e["name"]: min((differences(f, e["fingerprint"]) for f in
+                               [golden[h]["fingerprint"], *golden[h].get("also", [])]), key=len)
+               for h, e in computed.items()}
     assert not {k: v for k, v in changed.items() if v}, "numbers changed while every version stayed: bump the version"
 
 
