@@ -36,6 +36,7 @@ class Origin:
 
     label: str
     digest: str
+    isolated: bool = False  # registered as a stand-in whose code runs in a sandbox (``fedarena.isolation``)
 
 
 # The plugin being imported right now (set by ``fedarena.plugins`` around its import): what it registers is its
@@ -109,7 +110,9 @@ class Registry(Generic[T]):
         ``"1+src:<hash>"``, so that an edited plugin's runs are never taken for the new source's."""
         self.get(name)
         origin = self._origins[name]
-        return self._versions[name] if origin is None else f"{self._versions[name]}+src:{origin.digest[:12]}"
+        if origin is None:
+            return self._versions[name]
+        return f"{self._versions[name]}+src:{origin.digest[:12]}" + ("+isolated" if origin.isolated else "")
 
     def origin(self, name: str) -> Origin | None:
         """The plugin that registered the entry (None: built in)."""

@@ -119,8 +119,13 @@ def plugins_unloaded_after_each_file():
     joins what later files check (every rule's docstring, a recipe registering the same name)."""
     from fedarena import plugins
 
+    from fedarena import isolation
+
     before = {source.digest for source in plugins.loaded()}
+    isolated_before = {plugin.digest for plugin in isolation.shipped()}
     yield
     for source in plugins.loaded():
         if source.digest not in before:
             plugins.unload(source)
+    if {plugin.digest for plugin in isolation.shipped()} - isolated_before:
+        isolation.unload_isolated()  # the submitted rules' stand-ins and their sandboxed processes

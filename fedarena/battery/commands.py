@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a hyperparameter of the component, e.g. beta=0.1 (repeatable)")
     add_include(p)
+    p.add_argument("--isolate", action="store_true",
+                   help="run the --include'd aggregator in a bubblewrap sandbox, never in a trial's process (the site's "
+                        "rerun of a submission)")
     p.add_argument("--scale", choices=SCALES, default="quick")
     p.add_argument("--out", type=OUT, help="folder of card.md and card.json (--builtin: one pair per component)")
     p.add_argument("--claim", help="a JSON file of what a paper claims: clean_acc and robust_acc {\"attack@level\": acc}")
@@ -43,5 +46,5 @@ def cmd_evaluate(args) -> int:
         settings[key.strip()] = parse_value(text)
     evaluate(args.aggregator, args.method, builtin=args.builtin, settings=settings, include=args.include,
              scale=args.scale, out=args.out, claim=args.claim, tracking_uri=args.tracking_uri, storage=args.storage,
-             num_cpus=args.num_cpus, tuned=args.tuned)
+             num_cpus=args.num_cpus, tuned=args.tuned, isolate=args.isolate)
     return 0

@@ -43,7 +43,8 @@ from fedarena.battery.definition import (
 from fedarena.battery.spread import grid, intervals, within
 from fedarena.bench.progress import Printer
 from fedarena.bench.runner import BenchOptions, run_bench
-from fedarena.contracts import load_checked
+from fedarena.contracts import check_plugin, load_checked
+from fedarena.isolation import available, load_isolated
 from fedarena.leaderboards.build import prepare_runs
 from fedarena.leaderboards.cells import aggregate
 from fedarena.leaderboards.tables import Block, Cell, Table
@@ -59,11 +60,13 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
              settings: dict | None = None, include: Iterable[str | Path] = (), scale: str = "quick",
              out: str | Path | None = None, claim: str | Path | None = None, tracking_uri: str | None = None,
              printer: Printer | None = None, emit: Callable[[str], None] = print, tuned: str | Path | None = None,
-             **options) -> list[Card]:
+             isolate: bool = False, **options) -> list[Card]:
     """Run the battery against ``aggregator`` or ``method`` (with ``settings``), or every built-in one
     (``builtin``), at ``scale``; returns their cards (``options``: ``BenchOptions``, e.g. ``storage``).
-    ``tuned``: a frozen choice of ``fedarena tune --aggregator/--method`` (its rows' values per dataset)."""
-    load_checked(include)
+    ``tuned``: a frozen choice of ``fedarena tune --aggregator/--method`` (its rows' values per dataset).
+    ``isolate``: the ``include``d plugins' aggregators run in sandboxed processes (``fedarena.isolation``), never
+    imported here."""
+    include = _loaded(include, isolate, aggregator)
     rows = _rows(aggregator, method, builtin, settings)
     claims = read_claim(claim) if claim is not None else None  # bad input before any work
     if tuned is not None:
@@ -87,6 +90,24 @@ def evaluate(aggregator: str | None = None, method: str | None = None, *, builti
     if out is not None:
         write_cards(wanted, Path(out), single=not builtin)
     return wanted
+
+
+def _loaded(include, isolate: bool, aggregator: str | None) -> tuple:
+    """Load the plugins: here (``include``, returned for the workers), or with ``isolate`` in their sandboxes
+    (nothing returned: the workers receive the stand-ins' plugins instead)."""
+    if not isolate:
+        load_checked(include)
+        return tuple(include)
+    if not aggregator:
+        raise BatteryError("--isolate evaluates an aggregator (--aggregator NAME): a method runs inside local "
+                           "training and cannot be isolated per call")
+    reason = available()
+    if reason:
+        raise BatteryError(f"--isolate needs bubblewrap: {reason}")
+    load_checked(())  # FEDARENA_INCLUDE and entry points: the builder's own, trusted
+    for plugin in load_isolated(include):
+        check_plugin(plugin.origin)
+    return ()
 
 
 def _check_tuned_version(path) -> None:

@@ -62,6 +62,7 @@ from fedarena.bench.progress import Printer
 from fedarena.bench.sharing import await_claimed, link_runs
 from fedarena.bench.trainable import auto_checkpoint_every, packed_payloads, run_trial, trial_payload
 from fedarena.contracts import load_checked
+from fedarena.isolation import shipped as shipped_isolated
 from fedarena.plugins import shipped
 from fedarena.simulation.experiment import code_version
 from fedarena.suites.grid import Excluded, TrialSpec, expand_grid
@@ -398,7 +399,8 @@ def _tuner(options: BenchOptions, suite: str, plan: dict[str, Planned], callback
     # Keeping a bounded number of checkpoints per trial makes Tune snapshot its whole experiment state at every
     # checkpoint (quadratic in the trials); trials that only checkpoint at their end have one to keep anyway.
     keep = CHECKPOINTS_KEPT if any(p["checkpoint_every"] > 0 for p in payloads.values()) else None
-    trainable = tune.with_parameters(run_trial, payloads=packed_payloads(payloads), plugins=shipped())
+    trainable = tune.with_parameters(run_trial, payloads=packed_payloads(payloads), plugins=shipped(),
+                                     isolated=shipped_isolated())
     # a search algorithm of our own makes Tune ignore max_concurrent_trials: the generator holds the limit itself,
     # as the one Tune builds when given none
     points = BasicVariantGenerator(points_to_evaluate=[{"trial": config_hash, "index": index, "name": name}

@@ -46,6 +46,7 @@ from ray import cloudpickle, tune
 from fedarena.bench.budget import CheckpointBudget
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
+from fedarena.isolation import IsolatedRuleError, Plugin, ensure_isolated
 from fedarena.plugins import PluginSource, ensure_loaded
 from fedarena.registry import UnknownNameError
 from fedarena.simulation.checkpoint import load_state, save_state
@@ -64,7 +65,7 @@ _WATCHED: set[int] = set()  # driver pids this worker process watches
 
 # Errors that the same config fails with again on any retry: bad settings, data or shapes, and bugs.
 PERMANENT = (ConfigError, UnknownNameError, ValueError, TypeError, IndexError, KeyError, ZeroDivisionError,
-             NotImplementedError)
+             NotImplementedError, IsolatedRuleError)  # an isolated rule that broke or passed a limit breaks again
 
 
 def trial_payload(config: ExperimentConfig, config_hash: str, name: str, *, checkpoint_every: int,
@@ -173,10 +174,12 @@ def packed_payloads(payloads: dict[str, dict]) -> dict[str, bytes]:
     return {config_hash: cloudpickle.dumps(payload) for config_hash, payload in payloads.items()}
 
 
-def run_trial(tune_config: dict, payloads: dict[str, bytes], plugins: tuple[PluginSource, ...] = ()) -> None:
+def run_trial(tune_config: dict, payloads: dict[str, bytes], plugins: tuple[PluginSource, ...] = (),
+              isolated: tuple[Plugin, ...] = ()) -> None:
     """Ray Tune function trainable for one benchmark trial (see the module docstring): ``run_experiment``,
     as ``fedarena run``, with the Reporter restoring and reporting, after importing the driver's plugins."""
     ensure_loaded(plugins)
+    ensure_isolated(isolated)  # submitted rules: stand-ins here, their code in a sandbox (``fedarena.isolation``)
     payload = pickle.loads(payloads[tune_config["trial"]])
     _watch_driver(payload.get("driver"))
     if _finished_checkpoint(payload):

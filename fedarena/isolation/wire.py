@@ -1,0 +1,137 @@
+"""The pipe between a trial and an isolated rule: length-prefixed frames of data, never of code.
+
+The rule's side is not trusted, so nothing it sends is unpickled: a message is a JSON header and raw tensor
+buffers, decoded field by field (``decode``), with the dtypes, sizes and nesting allowed here and nothing else; a
+hostile rule can send wrong numbers but never code. Both directions use it (it is also 3x faster than pickling
+tensors).
+
+A frame is an 8-byte big-endian length and that many bytes; a message's bytes are a 4-byte header length, the
+JSON header and the buffers its tensors name (``{"__tensor__": [offset, bytes], "dtype": ..., "shape": [...]}``).
+Tuples travel as ``{"__tuple__": [...]}``; mappings have text keys.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+MAX_FRAME = 1 << 31  # bytes of one frame (a [n, d] answer of a paper-scale model fits many times)
+MAX_HEADER = 1 << 24  # bytes of an answer's JSON header
+MAX_DEPTH = 8  # nesting of an answer's containers
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "int64": torch.int64, "int32": torch.int32, "uint8": torch.uint8, "bool": torch.bool}
+NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+class WireError(RuntimeError):
+    """An answer that is not what the wire format allows (a broken or hostile rule process)."""
+
+
+def write_frame(stream: BinaryIO, payload: bytes) -> None:
+    stream.write(struct.pack(">Q", len(payload)) + payload)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> bytes:
+    """One frame's bytes; EOFError where the other side closed the pipe."""
+    head = _exactly(stream, 8)
+    size = struct.unpack(">Q", head)[0]
+    if size > MAX_FRAME:
+        raise WireError(f"a frame of {size} bytes (at most {MAX_FRAME})")
+    return _exactly(stream, size)
+
+
+def _exactly(stream: BinaryIO, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            raise EOFError("the rule's process closed its pipe")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def encode(value: Any) -> bytes:
+    """An answer's bytes (the rule's side): tensors, numbers, text, None, lists, tuples, text-keyed mappings."""
+    buffers: list[bytes] = []
+    offset = [0]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            tensor = item.detach().to("cpu").contiguous()
+            if tensor.dtype not in NAMES:
+                raise WireError(f"a tensor of dtype {tensor.dtype}; allowed: {', '.join(DTYPES)}")
+            data = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+            buffers.append(data)
+            offset[0] += len(data)
+            return {"__tensor__": [offset[0] - len(data), len(data)], "dtype": NAMES[tensor.dtype],
+                    "shape": list(tensor.shape)}
+        if isinstance(item, tuple):
+            return {"__tuple__": [walk(v) for v in item]}
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise WireError("a mapping with keys that are not text")
+            return {k: walk(v) for k, v in item.items()}
+        if isinstance(item, (np.integer, np.floating, np.bool_)):
+            return item.item()
+        if item is None or isinstance(item, (bool, int, float, str)):
+            return item
+        raise WireError(f"a value of type {type(item).__name__}; an answer holds tensors, numbers, text, None, "
+                        f"lists, tuples and text-keyed mappings")
+
+    header = json.dumps(walk(value), allow_nan=True).encode()
+    return struct.pack(">I", len(header)) + header + b"".join(buffers)
+
+
+def decode(payload: bytes) -> Any:
+    """An answer from its bytes (the trial's side), every field checked; WireError otherwise."""
+    if len(payload) < 4:
+        raise WireError("an answer shorter than its header")
+    size = struct.unpack(">I", payload[:4])[0]
+    if size > MAX_HEADER or 4 + size > len(payload):
+        raise WireError(f"an answer header of {size} bytes")
+    try:
+        header = json.loads(payload[4:4 + size])
+    except (ValueError, RecursionError) as err:
+        raise WireError(f"an answer header that is not JSON ({err})") from None
+    return _value(header, memoryview(payload)[4 + size:], 0)
+
+
+def _value(item: Any, data: memoryview, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise WireError(f"an answer nested deeper than {MAX_DEPTH}")
+    if isinstance(item, dict) and "__tensor__" in item:
+        return _tensor(item, data)
+    if isinstance(item, dict) and set(item) == {"__tuple__"} and isinstance(item["__tuple__"], list):
+        return tuple(_value(v, data, depth + 1) for v in item["__tuple__"])
+    if isinstance(item, dict):
+        return {str(k): _value(v, data, depth + 1) for k, v in item.items()}
+    if isinstance(item, list):
+        return [_value(v, data, depth + 1) for v in item]
+    if item is None or isinstance(item, (bool, int, str)) or (isinstance(item, float)):
+        return item
+    raise WireError(f"an answer holds a {type(item).__name__}")
+
+
+def _tensor(item: dict, data: memoryview) -> torch.Tensor:
+    dtype, shape, span = DTYPES.get(item.get("dtype")), item.get("shape"), item.get("__tensor__")
+    if dtype is None:
+        raise WireError(f"a tensor of dtype {item.get('dtype')!r}; allowed: {', '.join(DTYPES)}")
+    if not (isinstance(shape, list) and len(shape) <= 4 and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise WireError(f"a tensor of shape {shape!r}")
+    if not (isinstance(span, list) and len(span) == 2 and all(isinstance(s, int) and s >= 0 for s in span)):
+        raise WireError(f"a tensor at {span!r}")
+    start, size = span
+    expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if size != expected or start + size > len(data):
+        raise WireError(f"a tensor of shape {shape} and dtype {item['dtype']} in {size} bytes")
+    raw = torch.frombuffer(bytearray(data[start:start + size]), dtype=torch.uint8) if size else torch.empty(0, dtype=torch.uint8)
+    return raw.view(dtype).reshape(shape).clone()
