@@ -111,7 +111,7 @@ def open_trial(trial) -> Scope | None:
     plugin = getattr(getattr(entry, "rule", None), "isolated_plugin", None)
     if plugin is None:
         return None
-    key = trial_key(plugin.secret, trial.cfg.to_dict())
+    key = trial_key(plugin.secret, {k: v for k, v in trial.cfg.to_dict().items() if k != "aggregator"})
     return Scope(plugin, Pseudonyms(key, len(trial.population_sizes())), trial=True)
 
 
@@ -150,9 +150,6 @@ def check_registration(plugin: Plugin) -> None:
     """What an isolated submission may register, refused in one line before anything runs."""
     found = plugin.registration
     where = f"submission {plugin.label}"
-    if found.get("others"):
-        raise ConfigError(f"{where}: an isolated submission registers aggregators only; it also registers "
-                          f"{', '.join(found['others'])}")
     if not found.get("aggregators"):
         raise ConfigError(f"{where} registers no aggregator")
     for name, facts in found["aggregators"].items():
@@ -165,6 +162,9 @@ def check_registration(plugin: Plugin) -> None:
         for bad, why in checks:
             if bad:
                 raise ConfigError(f"{where}: aggregator {name!r} {why}")
+    if found.get("others"):
+        raise ConfigError(f"{where}: an isolated submission registers aggregators only; it also registers "
+                          f"{', '.join(found['others'])}")
 
 
 def register(plugin: Plugin) -> list[str]:

@@ -12,8 +12,9 @@ rule gets neither:
 - **seed**: the round's seed passed through the key (HMAC-SHA256), so the rule's random stream is as reproducible
   as the key, and unrelated to the trial's seed.
 
-The trial's key is HMAC-SHA256(builder's secret, the trial's config): a resumed trial and a rerun on the same
-builder get the same pseudonyms and streams (reproducibility); the secret never enters the sandbox.
+The trial's key is HMAC-SHA256(builder's secret, the trial's config but its rule): a resumed trial and a rerun on
+the same builder get the same pseudonyms and streams (reproducibility), and two rules of one trial see their rows in
+the same order (their numbers compare to the last bit); the secret never enters the sandbox.
 """
 
 from __future__ import annotations

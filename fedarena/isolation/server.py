@@ -35,6 +35,8 @@ def main(argv: list[str]) -> int:
     try:
         import torch
 
+        import fedarena.sections  # noqa: F401  every built-in component registered as built-in before the plugin runs
+
         torch.set_num_threads(1)
         source = load_path(argv[0], "the submission")
         names = AGGREGATORS.from_origin(source.origin)
