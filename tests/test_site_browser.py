@@ -63,7 +63,9 @@ def site(tmp_path_factory):
     entries = [builtin_entry(c, "smoke") for c in (median, mean, ditto)]
     entries.append(Entry("submission-mine", "verified", mine, name=HOSTILE_NAME, authors=(HOSTILE_AUTHOR,),
                          paper="https://example.org/mine", component="aggregator.mine",
-                         claims={"clean_acc": 0.95}, reproduce="fedarena evaluate --aggregator mine --scale smoke"))
+                         claims={"clean_acc": 0.95}, reproduce="fedarena evaluate --aggregator mine --scale smoke",
+                         checks={"isolated": True, "sandboxed": True, "reproduced": True, "reviewed": None,
+                                 "tolerance": 0.01}))
     entries.append(Entry("submission-broken", "rejected", None, name="Broken <b>bold</b>", component="aggregator.?",
                          reason="plugin broken.py: import failed"))
     write_site(out, entries, "smoke")
@@ -155,6 +157,8 @@ def test_an_entry_page_shows_its_grid_and_claims(browser, site):
     rows = browser.find_elements("css selector", "#grid tbody tr")
     assert len(rows) == 5 and "s0: 0.700, s1: 0.710" in rows[0].text  # badnets@0.1 first
     assert "svg" in browser.page_source and "Claimed against measured" in browser.page_source
+    checks = browser.find_element("id", "checks").text
+    assert "isolated yes" in checks and "reproduced yes: every seed's value of every cell within 0.01" in checks
 
 
 def test_a_submissions_hostile_name_and_authors_show_as_text_and_never_run(browser, site):

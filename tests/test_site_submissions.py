@@ -1,8 +1,9 @@
 """``fedarena.site`` end to end at the smoke scale: two built-in rules' cards in the store, and submissions rerun
-through the battery in their own processes: an honest plugin with its card (verified), one whose card claims more
-than it measures (unverified, with the differing cells), one that fails to load (rejected with its reason), one
-that sleeps forever (rejected at its time limit). Two builds give identical bytes; ``leaderboard.json`` validates
-against its schema and an entry's numbers are its card's."""
+through the battery in their own processes, each rule isolated (``evaluate --isolate``, real bubblewrap): an honest
+plugin with its card (verified), one whose card claims more than it measures on every seed (unverified, with the
+differing cells), one that writes its own card and exits on import (not verified: its import runs in the sandbox),
+one that fails to load (rejected with its reason), one that sleeps forever (rejected at its time limit). Two builds
+give identical bytes; ``leaderboard.json`` validates against its schema and an entry's numbers are its card's."""
 
 import json
 import shutil
@@ -14,7 +15,7 @@ import yaml
 import fedarena
 from fedarena import cli
 from fedarena.tracking.reading import read_runs
-from fedarena.website import publish
+from fedarena.website import output
 from fedarena.website.entries import schema
 from fedarena.website.verification import Limits
 
@@ -55,12 +56,10 @@ def built(ray_cluster, tmp_path_factory):
     (card,) = fedarena.evaluate("shrunk_mean", include=[plugin], settings={"factor": 0.8},
                                 tracking_uri=f"sqlite:///{root}/authors/mlflow.db", **quiet)  # the authors' own store
     honest = card.to_json()
-    inflated = json.loads(json.dumps(honest))
-    inflated["clean_acc"] = min(1.0, honest["clean_acc"] + 0.2)
-    inflated["worst"]["0.2"]["acc"] += 0.25
     subs = root / "submissions"
     submission(subs / "honest", honest, name=HOSTILE_NAME, authors=[HOSTILE_AUTHOR], claims={"clean_acc": 0.99})
-    submission(subs / "inflated", inflated, name="Shrunk mean, claimed higher")
+    submission(subs / "inflated", inflated(honest), name="Shrunk mean, claimed higher")
+    submission(subs / "forged", inflated(honest), name="Forged", plugin=forging(inflated(honest)))
     submission(subs / "broken", honest, name="Broken", plugin="import a_module_that_does_not_exist\n")
     limits = Limits(seconds=300, memory_mib=6144, num_cpus=1, jobs=2)
     args = {"scale": "smoke", "submissions": subs, "tracking_uri": uri, "work": root / "work", "limits": limits,
@@ -71,19 +70,43 @@ def built(ray_cluster, tmp_path_factory):
     return root, first, again, files, honest
 
 
+def inflated(honest: dict) -> dict:
+    """The honest card with its clean accuracy raised by .2 and its worst case at 20% by .25, on every seed."""
+    card = json.loads(json.dumps(honest))
+    card["clean_acc"] = min(1.0, honest["clean_acc"] + 0.2)
+    card["worst"]["0.2"]["acc"] += 0.25
+    worst = f"{honest['worst']['0.2']['attack']}@0.2"
+    for cell in card["grid"]:
+        up = {"clean": 0.2, worst: 0.25}.get(cell["setting"], 0.0)
+        cell["acc_pooled"] = [v + up for v in cell["acc_pooled"]]
+    return card
+
+
+def forging(card: dict) -> str:
+    """A plugin that, on import, writes ``card`` where ``fedarena evaluate --out card`` would and ends its process."""
+    return (f"import os\nos.makedirs('card', exist_ok=True)\nopen('card/card.json', 'w').write({json.dumps(json.dumps(card))})"
+            f"\nos._exit(0)\n" + PLUGIN)
+
+
 def test_the_honest_submission_is_verified_the_inflated_unverified_the_broken_rejected(built):
     root, summary, _, _, honest = built
     status = {e.slug: e for e in summary.entries}
     # MOCHA too: the battery cannot run it on the MLP at any level, listed with why whatever the store holds
     assert set(status) == {"aggregator.median", "aggregator.mean", "method.mocha", "submission-honest",
-                           "submission-inflated", "submission-broken"}
+                           "submission-inflated", "submission-broken", "submission-forged"}
     assert "defined for model 'svm'" in status["method.mocha"].card.worst["0.1"]["undefined"]
     assert status["aggregator.median"].status == "built-in" and status["aggregator.mean"].status == "built-in"
     assert status["submission-honest"].status == "verified" and status["submission-honest"].differing == []
+    assert status["submission-honest"].checks == {"isolated": True, "sandboxed": True, "reproduced": True,
+                                                  "reviewed": None, "tolerance": 0.01}
     inflated = status["submission-inflated"]
-    assert inflated.status == "unverified"
-    assert {d["cell"] for d in inflated.differing} == {"clean_acc", "worst@0.2 acc"}
-    assert all(d["why"] == "outside the rerun's interval" for d in inflated.differing)
+    worst = f"{honest['worst']['0.2']['attack']}@0.2 acc_pooled"
+    assert inflated.status == "unverified" and inflated.checks["reproduced"] is False
+    assert {(d["cell"], d["dataset"], d["seed"]) for d in inflated.differing} == {
+        (cell, "digits", 0) for cell in ("clean_acc", "worst@0.2 acc", worst)}
+    assert all(d["why"] == "differs from the rerun by more than 0.01" for d in inflated.differing)
+    forged = status["submission-forged"]  # its import ran in the rule's sandbox: no card of its own, no exit 0 here
+    assert forged.status not in ("verified", "verified (reviewed)", "reproduced (not isolated)"), forged
     broken = status["submission-broken"]
     assert broken.status == "rejected" and "No module named 'a_module_that_does_not_exist'" in broken.reason
     assert "shrunk.py" in broken.reason and str(root) not in broken.reason  # no path of the building machine
@@ -179,9 +202,50 @@ def test_a_second_build_under_a_new_battery_version_archives_the_old_pages(built
     root = built[0]
     site = tmp_path / "site"
     shutil.copytree(root / "site", site)
-    monkeypatch.setattr(publish, "battery_version", lambda: 6)
-    publish.write_site(site, [], "smoke")
+    monkeypatch.setattr(output, "battery_version", lambda: 6)
+    output.write_site(site, [], "smoke")
     assert (site / "smoke" / "v5" / "index.html").is_file()
     assert (site / "smoke" / "v5" / "entries" / "submission-honest.html").is_file()
     assert json.loads((site / "smoke" / "leaderboard.json").read_text())["battery_version"] == 6
     assert 'href="v5/index.html"' in (site / "smoke" / "index.html").read_text()
+
+
+METHOD = '''
+import os
+from pathlib import Path
+
+from fedarena import Method, method
+
+for target in {targets!r}:  # the builder's files: out of a sandboxed method's reach
+    try:
+        Path(target).write_text("written by a submission")
+    except OSError:
+        pass
+Path("environment.txt").write_text(repr(os.environ.get("FEDARENA_CANARY")))  # its cwd: its own work folder
+
+
+@method("plain_avg")
+class PlainAvg(Method):
+    """FedAvg under another name (a test method)."""
+'''
+
+
+def test_a_method_runs_wholly_sandboxed_and_reaches_none_of_the_builders_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDARENA_CANARY", "the builder's secret")
+    store, site = tmp_path / "store.db", tmp_path / "site"
+    store.write_bytes(b"the builder's store")
+    folder = tmp_path / "submissions" / "plain"
+    folder.mkdir(parents=True)
+    (folder / "plain.py").write_text(METHOD.format(targets=[str(store), str(tmp_path / "planted.txt")]))
+    (folder / "submission.yaml").write_text(yaml.safe_dump({"name": "Plain", "component": "method.plain_avg"}))
+    (folder / "card.json").write_text(json.dumps({"component": "method.plain_avg", "battery_version": 5, "scale": "smoke"}))
+    summary = fedarena.site(scale="smoke", out=site, submissions=tmp_path / "submissions",
+                            tracking_uri=f"sqlite:///{tmp_path}/m.db", work=tmp_path / "work",
+                            limits=Limits(seconds=900, memory_mib=6144, num_cpus=1), emit=lambda text: None)
+    (entry,) = summary.entries
+    assert entry.status == "unverified", entry.reason  # ran to its card; its own card gave no per-seed values
+    assert entry.checks["sandboxed"] is True and entry.checks["isolated"] is False and entry.not_isolated
+    assert {d["why"] for d in entry.differing} == {"absent from the submitted card"}
+    assert store.read_bytes() == b"the builder's store" and not (tmp_path / "planted.txt").exists()
+    assert (tmp_path / "work" / "submission-plain" / "environment.txt").read_text() == "None"
+    assert "not isolated" in (site / "smoke" / "index.html").read_text()

@@ -4,8 +4,8 @@ card is made of, one entry per (setting, dataset) with its seeds' values.
 
 A setting's number on a card is the mean over the scale's datasets of the mean over seeds; its interval is
 that number plus or minus the t half-width of the per-seed means over the datasets (the seeds are shared by the
-datasets). With one seed the interval is the point itself: a rerun on the same machine and backend gives the
-same number, so a submitted card is checked for equality there.
+datasets). With one seed the interval is the point itself. The interval is a cell's uncertainty, shown beside it;
+a submitted card is verified seed by seed against the grid (``website.verification``), never against it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ def intervals(runs: pd.DataFrame, settings: dict[str, dict[str, float]]) -> dict
 
 
 def grid(runs: pd.DataFrame) -> list[dict]:
-    """One entry per (setting, dataset) of one row's runs: its seeds' benign accuracy and attack success rate,
-    their mean and 95% half-width (None with one seed), sorted by setting, level and dataset."""
+    """One entry per (setting, dataset) of one row's runs: each seed's value of every metric a card's settings carry
+    (benign accuracy, its spread across devices, the worst 10% of devices, attack success rate), their mean and 95%
+    half-width (None with one seed), sorted by setting, level and dataset. A site verifies a submitted card seed by
+    seed against these values (``website.verification``)."""
     if runs.empty:
         return []
     out = []
@@ -56,7 +58,7 @@ def grid(runs: pd.DataFrame) -> list[dict]:
         group = group.sort_values("seed")
         entry = {"setting": setting_key(str(attack), float(level)), "attack": str(attack), "level": float(level),
                  "dataset": str(dataset), "seeds": [int(s) for s in group["seed"]]}
-        for metric in ("acc_pooled", "asr_pooled"):
+        for metric in METRICS:
             values = group[metric].to_numpy(dtype=float) if metric in group else np.full(len(group), np.nan)
             if not np.isfinite(values).any():
                 continue

@@ -14,24 +14,30 @@ from fedarena.battery.card import Card, claimed_vs_measured
 from fedarena.battery.spread import within
 from fedarena.website.verification import BUILT_IN, REJECTED
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the statuses of issue 69, checks, per-seed differing cells
 SLUG_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+")
 
 
 @dataclass
 class Entry:
     slug: str  # the entry page's file name (without .html)
-    status: str  # built-in, verified, unverified or rejected
+    status: str  # one of verification.STATUSES
     card: Card | None  # the measured card (None: rejected)
     name: str = ""  # a submission's name (a built-in row: its component label)
     authors: tuple[str, ...] = ()
     paper: str = ""
     reason: str = ""  # why it was rejected
-    differing: list[dict] = field(default_factory=list)  # submitted cells outside the rerun's interval
+    differing: list[dict] = field(default_factory=list)  # submitted seeds' cells the rerun did not reproduce
     claims: dict = field(default_factory=dict)
     reproduce: str = ""  # the command that measures the card
     component: str = ""  # aggregator.NAME / method.NAME (also where the card is missing)
     settings: dict = field(default_factory=dict)  # a submission's hyperparameters
+    checks: dict | None = None  # a rerun submission's: isolated, sandboxed, reproduced, reviewed, tolerance
+
+    @property
+    def not_isolated(self) -> bool:
+        """A rerun submission whose code ran beside its trial (a method, or one built with --trust-submissions)."""
+        return self.checks is not None and not self.checks["isolated"]
 
     @property
     def kind(self) -> str:
@@ -65,13 +71,13 @@ def slug(text: str) -> str:
 
 
 def record(entry: Entry) -> dict:
-    """``leaderboard.json``'s record of an entry: the card's keys (a rejected entry: none), its status and
-    submission fields."""
+    """``leaderboard.json``'s record of an entry: the card's keys (a rejected entry: none), its status, the checks
+    a rerun submission passed (a built-in row and a rejected submission: null) and submission fields."""
     out = entry.card.to_json() if entry.card is not None else {}
     out.update(entry=entry.slug, status=entry.status, component=entry.card.component if entry.card else entry.component,
                kind=entry.kind, name=entry.name, authors=list(entry.authors), paper=entry.paper or None,
                reason=entry.reason or None, differing=entry.differing, claims=entry.claim_rows(),
-               reproduce=entry.reproduce, pre_aggregators=entry.pre_aggregators)
+               reproduce=entry.reproduce, pre_aggregators=entry.pre_aggregators, checks=entry.checks)
     return out
 
 

@@ -1,7 +1,8 @@
 """An entry's page: its card (worst case per level with rank, fairness under it, worst attack success rate), what
 each side pays (the server step and a device's bytes per round, each attack's work beyond honest training), the
 whole per-attack grid with seeds and 95% intervals, accuracy against attack level, claims beside measurements,
-the cells a rerun did not reproduce, the component's source identity and the command that reproduces it."""
+the checks a rerun submission passed (isolated, sandboxed, reproduced, reviewed, the tolerance), each seed's cell a
+rerun did not reproduce, the component's source identity and the command that reproduces it."""
 
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ def _sections(entry: Entry, scale: str, title: str) -> list[str]:
     if entry.card is None:
         return out + [f"<p>Rejected: <strong>{esc(entry.reason)}</strong></p>"]
     card = entry.card
-    out += [_facts(entry), "<h2>Worst case per level</h2>", _worst(entry), "<h2>Accuracy against attack level</h2>",
+    out += [_facts(entry), *_checks(entry), "<h2>Worst case per level</h2>", _worst(entry), "<h2>Accuracy against attack level</h2>",
             level_chart(card), "<h2>Costs</h2>", _costs(entry)]
     if entry.differing:
-        out += ["<h2>Cells the rerun did not reproduce</h2>", _differing(entry)]
+        out += ["<h2>Cells the rerun did not reproduce (per dataset and seed)</h2>", _differing(entry)]
     if entry.claims:
         out += ["<h2>Claimed against measured</h2>", _claims(entry)]
     out += ["<h2>Every setting (per dataset, with its seeds)</h2>", _grid(entry),
@@ -57,6 +58,27 @@ def _facts(entry: Entry) -> str:
         rows.append(("rank", f"not ranked: {card.unranked}"))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="facts">{body}</table>'
+
+
+def _checks(entry: Entry) -> list[str]:
+    """What a rerun submission passed, each in words ([] for a built-in row)."""
+    checks = entry.checks
+    if checks is None:
+        return []
+    review = checks["reviewed"]
+    rows = [("isolated", "yes: its rule ran in isolated rule processes, sandboxed, seeing only pseudonymised device "
+                         "ids and a keyed seed" if checks["isolated"] else "no: its code ran beside the trial it was "
+                                                                          "scored on"),
+            ("sandboxed", "yes (bubblewrap)" if checks["sandboxed"] else "no: rerun as the builder's user "
+                                                                         "(--trust-submissions)"),
+            ("reproduced", f"yes: every seed's value of every cell within {checks['tolerance']:g} of the submitted "
+                           "card's" if checks["reproduced"] else
+                           f"no: {len(entry.differing)} of the seeds' cells differ by more than {checks['tolerance']:g} "
+                           f"or are missing (below)"),
+            ("reviewed", f"{review['reviewer']}, {review['date']}, source sha256 {review['source']}"
+                         + (f": {review['note']}" if review["note"] else "") if review else "no")]
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return ["<h2>Checks</h2>", f'<table class="facts" id="checks">{body}</table>']
 
 
 def _values(settings: dict) -> str:
@@ -135,10 +157,11 @@ def _claims(entry: Entry) -> str:
 
 
 def _differing(entry: Entry) -> str:
-    rows = [f"<tr><td>{esc(d['cell'])}</td><td class=\"num\">{fmt(d['submitted'])}</td>"
-            f"<td class=\"num\">{fmt(d['measured'])}</td><td>{_span(d['interval'])}</td><td>{esc(d['why'])}</td></tr>"
-            for d in entry.differing]
-    return _table(["cell", "submitted", "rerun", "rerun's 95% interval", "why"], rows, "differing")
+    rows = [f"<tr><td>{esc(d['cell'])}</td><td>{esc(d.get('dataset'))}</td><td>{esc(d.get('seed'))}</td>"
+            f"<td class=\"num\">{fmt(d['submitted'])}</td><td class=\"num\">{fmt(d['measured'])}</td>"
+            f"<td>{_span(d['interval'])}</td><td>{esc(d['why'])}</td></tr>" for d in entry.differing]
+    return _table(["cell", "dataset", "seed", "submitted", "rerun", "rerun's 95% interval between seeds", "why"], rows,
+                  "differing")
 
 
 def _table(headers: list[str], rows: list[str], table_id: str = "") -> str:

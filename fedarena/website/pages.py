@@ -17,6 +17,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from fedarena.website.entries import Entry
+from fedarena.website.per_seed import TOLERANCE
 
 LEVELS_SHOWN = ("0.1", "0.2")  # the index's worst-case columns
 
@@ -59,8 +60,16 @@ def page(title: str, body: str, root: str, script: bool = False) -> str:
         body, "</body>", "</html>", ""])
 
 
+STATUS_CLASS = {"built-in": "built-in", "verified": "verified", "verified (reviewed)": "reviewed",
+                "reproduced (not isolated)": "reproduced", "unverified": "unverified", "rejected": "rejected"}
+
+
 def status_badge(entry: Entry) -> str:
-    return f'<span class="status status-{esc(entry.status)}">{esc(entry.status)}</span>'
+    """The entry's status, and "not isolated" where its code ran beside its trial."""
+    badge = f'<span class="status status-{STATUS_CLASS.get(entry.status, "other")}">{esc(entry.status)}</span>'
+    shown = "(not isolated)" not in entry.status  # the status says it already
+    return badge + (' <span class="status status-not-isolated">not isolated</span>' if entry.not_isolated and shown
+                    else "")
 
 
 def yes_no(value: bool | None) -> str:
@@ -124,7 +133,7 @@ def index_page(entries: list[Entry], battery_version: int, scale: str, archived:
     rows = "\n".join(index_row(e, i) for i, e in enumerate(entries))
     header = "".join(f"<th>{esc(h)}</th>" for h in INDEX_HEADER)
     kinds = "".join(f'<option value="{k}">{k}</option>' for k in ("aggregator", "method"))
-    statuses = "".join(f'<option value="{s}">{s}</option>' for s in ("built-in", "verified", "unverified", "rejected"))
+    statuses = "".join(f'<option value="{esc(s)}">{esc(s)}</option>' for s in STATUS_CLASS)
     older = ", ".join(f'<a href="v{v}/index.html">version {v}</a>' for v in archived)
     title = (f"Robustness leaderboard: battery version {battery_version}, scale {scale}"
              + ("" if current else " (archived)"))
@@ -136,9 +145,12 @@ def index_page(entries: list[Entry], battery_version: int, scale: str, archived:
             "battery's attacks at that fraction of attackers (mean over datasets and seeds); worst 10% dev.: the "
             "mean accuracy of the worst tenth of devices under that attack; rank: among the complete built-in rows "
             "of its kind; server ms/round: the method's server step with its rule (– where its runs did not record "
-            "it; what each attack costs is on the entry's page). Status: built-in (measured by this site's store), "
-            "verified (a submission whose card the rerun reproduced), unverified (the rerun differs: see its page), "
-            "rejected (could not be evaluated).</p>",
+            "it; what each attack costs is on the entry's page). Status: built-in (measured by this site's store); "
+            f"verified (a submission whose rule this site reran isolated, every seed's cell within {TOLERANCE:g} of "
+            "its card); verified (reviewed) (reproduced, not isolated, its exact source reviewed by a maintainer); "
+            "reproduced (not isolated) (reproduced, but its code ran beside the trial it was scored on); "
+            "unverified (some seed's cell differs: see its page); rejected (could not be evaluated). "
+            f'<a href="{root}/submit.html">What each one proves</a>.</p>',
             '<div class="filters"><label>Filter <input id="filter-text" type="search" placeholder="text"></label>'
             f'<label>Kind <select id="filter-kind"><option value="">all</option>{kinds}</select></label>'
             f'<label>Status <select id="filter-status"><option value="">all</option>{statuses}</select></label>'
@@ -179,11 +191,17 @@ plugin: my_defense.py"""
 <pre>{esc(example)}</pre>
 <p>The maintainers build the site with <code>fedarena site --scale SCALE --out DIR --submissions FOLDER</code>.
 Each submission is evaluated through the same battery in processes of its own, with a time and a memory limit,
-in a store of its own. It is listed <strong>verified</strong> when every cell of your card lies within the rerun's
-95% interval over the seeds (with one seed: equal, on the same machine and backend), <strong>unverified</strong>
-with the differing cells otherwise, and <strong>rejected</strong> with the reason when it does not load, breaks its
-contract, names another battery version, fails, or passes a limit. Claims outside the measured interval are shown
-with their difference. Check yours first with <code>fedarena site --verify FOLDER --scale SCALE</code>, which
-reruns it on a fresh store.</p>
+in a store of its own. An aggregator's rule runs in isolated rule processes under bubblewrap: it sees the updates
+and what it declares it reads, with device ids pseudonymised and a keyed seed, never the trial. A method runs inside
+local training, so its whole run is sandboxed but not isolated from its trial. The rerun reproduces your card when
+every seed's value of every cell (clean accuracy, each setting's accuracy, spread, worst 10% of devices and attack
+success rate, the worst cases) lies within {TOLERANCE:g} (absolute) of your card's value of that seed; the 95% interval over
+the seeds is shown as each cell's uncertainty, not used as the test. The entry is then <strong>verified</strong>
+(reproduced and isolated), <strong>verified (reviewed)</strong> (reproduced, not isolated, and a maintainer
+reviewed exactly its source in <code>reviews.yaml</code>) or <strong>reproduced (not isolated)</strong>; otherwise
+<strong>unverified</strong> with the differing cells, or <strong>rejected</strong> with the reason when it does not
+load, breaks its contract, names another battery version, fails, or passes a limit. Claims outside the measured
+interval are shown with their difference. Check yours first with <code>fedarena site --verify FOLDER --scale
+SCALE</code>, which reruns it on a fresh store. The threat model: <code>docs/leaderboard.md</code>.</p>
 <p>Names, authors and links are shown as text (a link only when it is http or https).</p>"""
     return page("How to submit", body, "")

@@ -10,14 +10,14 @@ Layout of ``out``::
     <scale>/entries/<entry>.html     an entry's card, grid, chart, claims, reproduction
     <scale>/v<k>/...                 an older battery version, archived: never in the current table
 
-The same store, submissions and work folder give byte-identical files. A folder built under an older battery
-version is moved to ``<scale>/v<old>/`` before the new version is written, so nothing published is lost.
+The same store, submissions and work folder give byte-identical files. The folder is built fresh and moved into
+place (``output``): a folder built under an older battery version is kept as ``<scale>/v<old>/``, so nothing
+published is lost, and nothing a submission wrote into it survives.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +30,9 @@ from fedarena.battery.definition import version as battery_version
 from fedarena.battery.harness import store_cards
 from fedarena.tracking.location import tracking_uri as resolve_uri
 from fedarena.tracking.reading import NoRunsError
-from fedarena.website.entries import Entry, builtin_entry, leaderboard
-from fedarena.website.entry_page import entry_html
-from fedarena.website.pages import index_page, landing_page, submit_page
+from fedarena.website.entries import Entry, builtin_entry
+from fedarena.website.output import check_places, write_site
+from fedarena.website.reviews import read_reviews, review_of
 from fedarena.website.submission import (
     Submission,
     SubmissionError,
@@ -43,13 +43,13 @@ from fedarena.website.submission import (
 from fedarena.website.verification import (
     DEFAULT_LIMITS,
     REJECTED,
-    UNVERIFIED,
-    VERIFIED,
+    TOLERANCE,
     Limits,
     check_before_running,
     differing_cells,
     rerun,
     shown_command,
+    status_of,
 )
 
 
@@ -65,19 +65,23 @@ class SiteSummary:
 
 def site(scale: str = "quick", out: str | Path = "site", submissions: str | Path | None = None,
          tracking_uri: str | None = None, work: str | Path = "site_submissions", limits: Limits = DEFAULT_LIMITS,
-         emit: Callable[[str], None] = print) -> SiteSummary:
+         emit: Callable[[str], None] = print, trust_submissions: bool = False) -> SiteSummary:
     """Build the leaderboard site of ``scale`` into ``out`` from the store's built-in cards and the submissions in
-    ``submissions`` (each rerun in ``work/<entry>``)."""
+    ``submissions`` (each rerun in ``work/<entry>``; ``trust_submissions``: where bubblewrap cannot start, rerun
+    them unsandboxed, marked "not isolated", rather than reject them)."""
     check_scale(scale)
     folders = submission_folders(Path(submissions)) if submissions is not None else []
+    reviews = read_reviews(Path(submissions)) if submissions is not None else []
     out, work = Path(out), Path(work).resolve()  # the evaluations run in their own folders: absolute paths
+    check_places(out, work)
     cards, found = builtin_cards(resolve_uri(tracking_uri), scale)
     if not found:
         emit(f"no built-in card at scale {scale} in the store: the table has submissions only (fedarena evaluate "
              f"--builtin --scale {scale} fills it)")
     entries = [builtin_entry(card, scale) for card in cards]
     with ThreadPoolExecutor(max_workers=max(1, limits.jobs)) as pool:  # each waits on its own processes
-        reruns = list(pool.map(lambda folder: submission_entry(folder, scale, Path(work), limits), folders))
+        reruns = list(pool.map(lambda folder: submission_entry(folder, scale, work, limits, trust_submissions,
+                                                               reviews), folders))
     for folder, entry in zip(folders, reruns, strict=True):
         emit(f"submission {folder.name}: {entry.status}" + (f" ({entry.reason})" if entry.reason else ""))
         entries.append(entry)
@@ -119,8 +123,10 @@ def _undefined_everywhere(card: Card) -> bool:
     return card.complete and all("undefined" in e and e["undefined"] != "no run at this level" for e in card.worst.values())
 
 
-def submission_entry(folder: Path, scale: str, work: Path, limits: Limits) -> Entry:
-    """A submission read, checked and rerun: verified, unverified (with its differing cells) or rejected."""
+def submission_entry(folder: Path, scale: str, work: Path, limits: Limits, trust: bool = False,
+                     reviews: list[dict] | tuple = ()) -> Entry:
+    """A submission read, checked and rerun: its status (``verification``), the checks it passed, its differing
+    cells, or rejected with why."""
     try:
         submission = read_submission(folder)
     except SubmissionError as err:
@@ -132,7 +138,8 @@ def submission_entry(folder: Path, scale: str, work: Path, limits: Limits) -> En
                   settings=dict(submission.settings), reproduce=shown_command(submission, scale))
     try:
         check_before_running(submission, scale)
-        card = rerun(submission, scale, work / submission.slug, limits)
+        review = review_of(list(reviews), folder, submission.plugin)  # the source as it is before the rerun
+        card, placed = rerun(submission, scale, work / submission.slug, limits, trust)
         entry.differing = differing_cells(submission.card, card)
     except SubmissionError as err:
         entry.reason = _relative(str(err), folder, work / submission.slug)
@@ -141,7 +148,9 @@ def submission_entry(folder: Path, scale: str, work: Path, limits: Limits) -> En
         entry.reason = f"could not be checked ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
         return entry
     entry.card = card
-    entry.status = UNVERIFIED if entry.differing else VERIFIED
+    entry.checks = {"isolated": placed.isolated, "sandboxed": placed.sandboxed, "reproduced": not entry.differing,
+                    "reviewed": review, "tolerance": TOLERANCE}
+    entry.status = status_of(entry.differing, placed.isolated, review)
     return entry
 
 
@@ -160,67 +169,10 @@ def _rejected(folder: Path, reason: str) -> Entry:
                  component="aggregator.?")
 
 
-def write_site(out: Path, entries: list[Entry], scale: str) -> None:
-    """Every page of ``scale`` into ``out`` (an older version's pages first archived), then the landing page."""
-    current = battery_version()
-    folder = out / scale
-    archive_older(folder, current)
-    by_version: dict[int, list[Entry]] = {}
-    for entry in entries:
-        version = entry.card.battery_version if entry.card is not None else current
-        by_version.setdefault(version if version < current else current, []).append(entry)
-    archived = sorted({v for v in by_version if v < current} | _archived_versions(folder), reverse=True)
-    _write_version(folder, by_version.get(current, []), current, scale, archived, root="..", current=True)
-    for version in sorted(v for v in by_version if v < current):
-        _write_version(folder / f"v{version}", by_version[version], version, scale, [], root="../..", current=False)
-    scales = sorted((p.name, json.loads((p / "leaderboard.json").read_text())["battery_version"])
-                    for p in out.iterdir() if (p / "leaderboard.json").is_file())
-    _write(out / "index.html", landing_page(scales))
-    _write(out / "submit.html", submit_page(current))
-
-
-def _write_version(folder: Path, entries: list[Entry], version: int, scale: str, archived: list[int], root: str,
-                   current: bool) -> None:
-    pages = folder / "entries"
-    if pages.exists():
-        shutil.rmtree(pages)  # an entry gone from the store or the submissions leaves no stale page
-    pages.mkdir(parents=True)
-    for entry in entries:
-        _write(pages / f"{entry.slug}.html", entry_html(entry, scale, f"{root}/.."))
-    _write(folder / "index.html", index_page(entries, version, scale, archived, root, current))
-    _write(folder / "leaderboard.json", json.dumps(leaderboard(entries, version, scale), indent=2, sort_keys=True) + "\n")
-
-
-def archive_older(folder: Path, current: int) -> None:
-    """A folder last built under an older battery version: its pages moved to ``v<old>/`` (kept as published)."""
-    data = folder / "leaderboard.json"
-    if not data.is_file():
-        return
-    old = json.loads(data.read_text(encoding="utf-8")).get("battery_version")
-    if not isinstance(old, int) or old >= current or (folder / f"v{old}").exists():
-        return
-    target = folder / f"v{old}"
-    target.mkdir(parents=True)
-    for name in ("index.html", "leaderboard.json", "entries"):
-        if (folder / name).exists():
-            shutil.move(str(folder / name), str(target / name))
-
-
-def _archived_versions(folder: Path) -> set[int]:
-    if not folder.is_dir():
-        return set()
-    return {int(p.name[1:]) for p in folder.iterdir() if p.is_dir() and p.name[:1] == "v" and p.name[1:].isdigit()}
-
-
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-
-
 def verify(folder: str | Path, scale: str | None = None, limits: Limits = DEFAULT_LIMITS,
-           emit: Callable[[str], None] = print) -> Entry:
+           emit: Callable[[str], None] = print, trust_submissions: bool = False) -> Entry:
     """``fedarena site --verify``: one submission rerun on a fresh store (a temporary work folder), its status
-    and the cells its card does not reproduce."""
+    (reviews from ``reviews.yaml`` beside its folder) and each seed's cell its card does not reproduce."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SubmissionError(f"--verify {folder}: not a folder (give one submission's folder)")
@@ -230,11 +182,13 @@ def verify(folder: str | Path, scale: str | None = None, limits: Limits = DEFAUL
         except (OSError, ValueError, AttributeError):
             scale = "quick"
     check_scale(scale)
+    reviews = read_reviews(folder.resolve().parent)
     with tempfile.TemporaryDirectory(prefix="fedarena-verify-") as tmp:
-        entry = submission_entry(folder, scale, Path(tmp).resolve(), limits)
+        entry = submission_entry(folder, scale, Path(tmp).resolve(), limits, trust_submissions, reviews)
     emit(f"{folder.name}: {entry.status}" + (f" ({entry.reason})" if entry.reason else ""))
     for cell in entry.differing:
         span = cell["interval"]
-        emit(f"  {cell['cell']}: submitted {cell['submitted']}, rerun {cell['measured']}"
-             + (f" [{span[0]:.4f}, {span[1]:.4f}]" if span else "") + f" ({cell['why']})")
+        emit(f"  {cell['cell']} {cell['dataset']} seed {cell['seed']}: submitted {cell['submitted']}, rerun "
+             f"{cell['measured']}" + (f" (between seeds [{span[0]:.4f}, {span[1]:.4f}])" if span else "")
+             + f": {cell['why']}")
     return entry

@@ -6,9 +6,10 @@ size: a library mapped by many processes counts once); past the memory limit, or
 tree is killed and the outcome says which limit it hit; so is it when the builder itself is interrupted. The
 command gets its own working folder and an environment without the site builder's store, Ray cluster or plugins,
 with a Ray temporary folder of its own (a local ``ray start`` cluster is not joined), so what it writes is its own
-runs (``build``: a store per submission). This is process isolation
-with resource limits, not a security boundary: run ``fedarena site`` on submissions as an unprivileged user, or
-in a container, when their authors are not trusted with that user's files.
+runs (``build``: a store per submission). This alone is process isolation with resource limits, not a security
+boundary: ``placement`` adds the sandbox (a wrapper that runs the whole command under bubblewrap) or the isolated
+rule processes, and where neither can start the site rejects submissions unless it is
+built with ``--trust-submissions``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,14 +40,17 @@ class Outcome:
         return self.returncode == 0 and not self.limit
 
 
-def run_limited(command: list[str], cwd: Path, log: Path, *, seconds: float, memory_mib: int) -> Outcome:
-    """Run ``command`` in ``cwd`` (its output to ``log``) until it exits or reaches a limit."""
+def run_limited(command: list[str], cwd: Path, log: Path, *, seconds: float, memory_mib: int,
+                wrapper: Callable[[list[str], Path], list[str]] | None = None) -> Outcome:
+    """Run ``command`` in ``cwd`` (its output to ``log``) until it exits or reaches a limit; ``wrapper`` (argv, Ray's
+    temporary folder) -> argv runs it inside a sandbox (``placement``)."""
     ray_tmp = tempfile.mkdtemp(prefix="fa-ray-")  # short: Ray's socket paths must fit in 107 characters
     env = {k: v for k, v in os.environ.items() if k not in STRIPPED} | {"RAY_TMPDIR": ray_tmp}
     try:
+        argv = wrapper(command, Path(ray_tmp)) if wrapper is not None else command
         with open(log, "wb") as out:
-            process = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             try:
                 limit = _watch(process, seconds, memory_mib)
             finally:

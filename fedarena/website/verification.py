@@ -1,20 +1,24 @@
 """A submission rerun through the battery, and its submitted card held against the rerun.
 
-Each submission is evaluated by ``fedarena evaluate`` in processes of its own (``sandbox``), in a store of its own
-under the work folder (``<work>/<slug>/mlflow.db``): it writes only its own runs, and a second build reuses them
-(finished trials are skipped; an edited plugin is a new identity and runs again). The submitted card is
-**verified** when every cell of it (the clean accuracy, each level's worst case, the worst attack success rate,
-and every setting's accuracy, spread across devices, worst 10% of devices and attack success rate) lies within the
-rerun's 95% interval over the seeds (``battery.spread``: with one seed the rerun's number itself, to float32
-rounding), and **unverified** with the differing cells otherwise. A submission that cannot be evaluated is
-**rejected** with its reason: it does not load, breaks its contract, names another battery version or scale,
-fails mid-run, or passes its time or memory limit.
+Each submission is evaluated by ``fedarena evaluate`` in processes of its own (``sandbox``), placed by
+``placement`` (an aggregator's rule in isolated rule processes, a method's whole run under bubblewrap, or, where
+bubblewrap cannot start and the builder says ``--trust-submissions``, as the builder's user), in a store of its own
+under the work folder (``<work>/<slug>/mlflow.db``): a second build reuses its runs (finished trials are skipped;
+an edited plugin is a new identity and runs again). The rerun reproduces the submitted card when every seed's value
+of every cell lies within ``per_seed.TOLERANCE`` (0.01, absolute) of the submitted one (``per_seed``). Its status:
+
+- **verified**: reproduced, and the rule ran isolated (an aggregator rerun with ``--isolate``);
+- **verified (reviewed)**: reproduced, not isolated, and a maintainer reviewed exactly its source (``reviews``);
+- **reproduced (not isolated)**: reproduced, but its code ran beside the trial (a method, or any submission built
+  with ``--trust-submissions`` where bubblewrap cannot start), and no review of its source;
+- **unverified**: some seed's cell differs, is absent from the submitted card or was not measured (listed);
+- **rejected** with its reason: it does not load, breaks its contract, names another battery version or scale,
+  fails mid-run, passes its time or memory limit, or bubblewrap cannot start and the site does not trust it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import sys
 from dataclasses import dataclass
@@ -22,11 +26,15 @@ from pathlib import Path
 
 from fedarena.battery.card import Card
 from fedarena.battery.definition import version as battery_version
-from fedarena.battery.spread import METRICS, within
+from fedarena.website.per_seed import TOLERANCE, differing_cells  # noqa: F401 - the site's test, importable here
+from fedarena.website.placement import Placement, place
 from fedarena.website.sandbox import run_limited
 from fedarena.website.submission import Submission, SubmissionError, setting_text
 
 VERIFIED, UNVERIFIED, REJECTED, BUILT_IN = "verified", "unverified", "rejected", "built-in"
+REVIEWED, REPRODUCED = "verified (reviewed)", "reproduced (not isolated)"
+STATUSES = (BUILT_IN, VERIFIED, REVIEWED, REPRODUCED, UNVERIFIED, REJECTED)
+REPRODUCING = (VERIFIED, REVIEWED, REPRODUCED)  # the rerun reproduced the card
 
 
 @dataclass(frozen=True)
@@ -74,19 +82,31 @@ def check_before_running(submission: Submission, scale: str) -> None:
                               f"{expected!r}")
 
 
-def rerun(submission: Submission, scale: str, work: Path, limits: Limits) -> Card:
-    """The submission's card from its rerun in ``work`` (a SubmissionError with the reason where it fails)."""
+def rerun(submission: Submission, scale: str, work: Path, limits: Limits, trust: bool = False
+          ) -> tuple[Card, Placement]:
+    """The submission's card from its rerun in ``work`` and where it ran (a SubmissionError with the reason where it
+    may not run or fails)."""
+    placed = place(submission, command(submission, scale, work, limits.num_cpus), work, trust)
     work.mkdir(parents=True, exist_ok=True)
-    outcome = run_limited(command(submission, scale, work, limits.num_cpus), work, work / "evaluate.log",
-                          seconds=limits.seconds, memory_mib=limits.memory_mib)
+    outcome = run_limited(placed.argv, work, work / "evaluate.log", seconds=limits.seconds,
+                          memory_mib=limits.memory_mib, wrapper=placed.wrapper)
     if outcome.limit:
         raise SubmissionError(f"stopped at its {outcome.limit}")
     if not outcome.ok:
         raise SubmissionError(f"fedarena evaluate failed (exit {outcome.returncode}): {_reason(outcome.output)}")
     try:
-        return Card.from_json(json.loads((work / "card" / "card.json").read_text(encoding="utf-8")))
+        return Card.from_json(json.loads((work / "card" / "card.json").read_text(encoding="utf-8"))), placed
     except (OSError, ValueError, TypeError) as err:
         raise SubmissionError(f"its rerun wrote no readable card ({err})") from None
+
+
+def status_of(differing: list[dict], isolated: bool, review: dict | None) -> str:
+    """A rerun submission's status from what it passed (the module's docstring)."""
+    if differing:
+        return UNVERIFIED
+    if isolated:
+        return VERIFIED
+    return REVIEWED if review else REPRODUCED
 
 
 def _reason(output: str) -> str:
@@ -97,69 +117,3 @@ def _reason(output: str) -> str:
             return line.removeprefix("fedarena: error:").strip()[:400]
     return (lines[-1] if lines else "no output")[:400]
 
-
-def differing_cells(submitted: dict, measured: Card) -> list[dict]:
-    """Each cell of the submitted card outside the rerun's interval: {cell, submitted, measured, interval}."""
-    out = []
-    settings = _mapping(submitted.get("settings"))
-    for key in sorted(set(measured.settings) - set(settings)):
-        out.append({"cell": key, "submitted": None, "measured": None, "interval": None,
-                    "why": "absent from the submitted card"})
-    for key in sorted(settings):
-        for metric in METRICS:
-            value = _mapping(settings.get(key)).get(metric)
-            reference = measured.settings.get(key, {}).get(metric)
-            cell = _compare(f"{key} {metric}", value, reference, measured.intervals.get(key, {}).get(metric))
-            if cell:
-                out.append(cell)
-    clean = _compare("clean_acc", submitted.get("clean_acc"), measured.clean_acc,
-                     measured.intervals.get("clean", {}).get("acc_pooled"))
-    out += [clean] if clean else []
-    worst = _mapping(submitted.get("worst"))
-    for level in sorted(set(measured.worst) - set(worst)):
-        if "acc" in measured.worst[level]:
-            out.append({"cell": f"worst@{level}", "submitted": None, "measured": measured.worst[level]["acc"],
-                        "interval": None, "why": "absent from the submitted card"})
-    for level, entry in sorted(worst.items()):
-        ours = measured.worst.get(level, {})
-        setting = f"{ours.get('attack')}@{float(level):g}" if "acc" in ours else ""
-        for metric, key in (("acc", "acc_pooled"), ("acc_worst10", "acc_worst10")):
-            cell = _compare(f"worst@{level} {metric}", _mapping(entry).get(metric), ours.get(metric),
-                            measured.intervals.get(setting, {}).get(key))
-            out += [cell] if cell else []
-    asr = _mapping(submitted.get("worst_asr"))
-    if asr or measured.worst_asr:
-        setting = measured.worst_asr.get("attack", "")
-        cell = _compare("worst_asr", asr.get("asr"), measured.worst_asr.get("asr"),
-                        measured.intervals.get(setting, {}).get("asr_pooled"))
-        out += [cell] if cell else []
-    return out
-
-
-def _compare(name: str, value, reference, interval) -> dict | None:
-    """None where ``value`` agrees with the rerun, else the differing cell."""
-    given = _number(value)
-    ours = _number(reference)
-    if given is None and ours is None:
-        return None
-    span = interval if interval else ([ours, ours] if ours is not None else None)
-    if given is not None and span is not None and within(given, span):
-        return None
-    return {"cell": name, "submitted": given, "measured": ours, "interval": span,
-            "why": "not measured by the rerun" if ours is None else
-            ("absent from the submitted card" if given is None else "outside the rerun's interval")}
-
-
-def _mapping(value) -> dict:
-    """A part of a submitted card as a mapping (anything else in its place: nothing submitted there)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer past float's range
-        return None
-    return number if math.isfinite(number) else None
