@@ -258,6 +258,17 @@ def test_site_out_under_a_file_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "m.db").exists()  # refused before the store was opened
 
 
+def test_site_out_where_the_system_refuses_a_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    def refused(path, *args, **kwargs):  # as an unprivileged user under a folder it cannot write (tests run as root)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "mkdir", refused)
+    code = cli.main(["site", "--scale", "smoke", "--out", str(tmp_path / "locked" / "site"), "--work",
+                     str(tmp_path / "work"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    assert code == 2 and capsys.readouterr().err == (f"fedarena: error: --out {tmp_path}/locked/site: cannot create a "
+                                                     f"folder there (Permission denied: {tmp_path}/locked)\n")
+
+
 def entries(status="reproduced (not isolated)"):
     mine = measured_card()
     checks = {"isolated": False, "sandboxed": False, "reproduced": True, "reviewed": None, "tolerance": 0.01}
