@@ -25,7 +25,7 @@ from typing import Any
 from fedarena.errors import ConfigError
 from fedarena.isolation.bwrap import available, limits, wrap
 from fedarena.isolation.tree import descendants, memory_mib_of
-from fedarena.isolation.wire import WireError, decode, encode, write_frame
+from fedarena.isolation.wire import Shared, WireError, decode, encode, write_frame
 
 POLL = 0.1  # seconds between two looks at the sandbox's processes
 
@@ -67,11 +67,14 @@ class RuleProcess:
             target = Path(self.folder.name) / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
+        self.shared = Shared.create()
         command = wrap([sys.executable, "-I", "-B", "-m", "fedarena.isolation.server",
-                        str(Path(self.folder.name) / entry)], readable=[self.folder.name])
+                        str(Path(self.folder.name) / entry), str(self.shared.fd), str(self.shared.size)],
+                       readable=[self.folder.name])
         self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        preexec_fn=limits(self.limits.memory_mib), start_new_session=True)
+                                        preexec_fn=limits(self.limits.memory_mib), start_new_session=True,
+                                        pass_fds=(self.shared.fd,))
         self.killed = ""
         self.seq = 0
         self.lock = threading.Lock()
@@ -114,7 +117,7 @@ class RuleProcess:
             self.seq += 1
             seq = self.seq
             try:
-                write_frame(self.process.stdin, encode({**request, "seq": seq}))
+                write_frame(self.process.stdin, encode({**request, "seq": seq}, self.shared))
             except (BrokenPipeError, OSError):
                 raise IsolatedRuleError(self._ended()) from None
             answer = self._read(self.limits.call_seconds)
@@ -141,7 +144,7 @@ class RuleProcess:
         except (EOFError, OSError, WireError) as err:
             raise IsolatedRuleError(self._ended(str(err))) from None
         try:
-            answer = decode(payload)
+            answer = decode(payload, self.shared)
         except WireError as err:
             self.kill(f"it broke the wire format ({err})")
             raise IsolatedRuleError(self._ended()) from None
@@ -161,6 +164,7 @@ class RuleProcess:
         self.kill("closed")
         self.process.wait()
         self.folder.cleanup()
+        self.shared.close()
 
 
 def _read_frame(fd: int, deadline: float) -> bytes:

@@ -19,7 +19,7 @@ import traceback
 from types import SimpleNamespace
 
 from fedarena.errors import ConfigError
-from fedarena.isolation.wire import decode, encode, read_frame, write_frame
+from fedarena.isolation.wire import Shared, decode, encode, read_frame, write_frame
 from fedarena.methods.aggregators.base import AGGREGATORS, RoundDraw
 from fedarena.plugins import load_path
 from fedarena.registry import Registry
@@ -29,9 +29,11 @@ RULE_ARGUMENTS = ("weights", "losses", "f", "round")
 
 
 def main(argv: list[str]) -> int:
+    """``PLUGIN SHARED_FD SHARED_BYTES``."""
     answers = os.fdopen(os.dup(1), "wb")  # the protocol's own descriptor; the plugin's prints go to stderr
     os.dup2(2, 1)
     requests = os.fdopen(0, "rb", buffering=0)
+    shared = Shared(int(argv[1]), int(argv[2]))
     try:
         import torch
 
@@ -44,7 +46,7 @@ def main(argv: list[str]) -> int:
     except Exception as err:  # noqa: BLE001 - the submission's own failure, reported to the trial's side as data
         write_frame(answers, encode({"error": _one_line(err)}))
         return 1
-    serve(requests, answers)
+    serve(requests, answers, shared)
     return 0
 
 
@@ -82,11 +84,11 @@ def _parameters(fn) -> list[dict]:
     return out
 
 
-def serve(requests, answers) -> None:
+def serve(requests, answers, shared: Shared) -> None:
     """The parent's loop: each ``open`` forks a scope that serves calls until ``close``."""
     while True:
         try:
-            request = decode(read_frame(requests))
+            request = decode(read_frame(requests), shared)
         except EOFError:
             return
         if request.get("op") != "open":
@@ -96,16 +98,16 @@ def serve(requests, answers) -> None:
         child = os.fork()
         if child == 0:
             write_frame(answers, encode({"seq": request["seq"], "ok": True, "value": None}))
-            os._exit(scope(requests, answers))
+            os._exit(scope(requests, answers, shared))
         _, status = os.waitpid(child, 0)
         write_frame(answers, encode({"seq": -1, "ended": os.waitstatus_to_exitcode(status)}))
 
 
-def scope(requests, answers) -> int:
+def scope(requests, answers, shared: Shared) -> int:
     """A scope's child: calls until ``close``."""
     while True:
         try:
-            request = decode(read_frame(requests))
+            request = decode(read_frame(requests), shared)
         except EOFError:
             return 0
         if request["op"] == "close":
@@ -117,7 +119,7 @@ def scope(requests, answers) -> int:
         except Exception as err:  # noqa: BLE001 - the rule's error, reported as data (ConfigError keeps its kind)
             kind = "ConfigError" if isinstance(err, ConfigError) else type(err).__name__
             answer = {"seq": request["seq"], "ok": False, "kind": kind, "error": _one_line(err)}
-        write_frame(answers, encode(answer))
+        write_frame(answers, encode(answer, shared))
 
 
 def _rule(entry, *, updates, weights, losses, f, round, params):
