@@ -31,6 +31,21 @@ def ray_cluster():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def isolation_key():
+    """The isolated rules' secret for the whole session (``fedarena.isolation.pseudonyms``): the tests never make a
+    key file in the home folder. Subprocesses (the CLI, Ray's workers, the site's reruns) inherit it."""
+    import os
+
+    previous = os.environ.get("FEDARENA_ISOLATION_KEY")
+    os.environ["FEDARENA_ISOLATION_KEY"] = "5e" * 32
+    yield
+    if previous is None:
+        os.environ.pop("FEDARENA_ISOLATION_KEY", None)
+    else:
+        os.environ["FEDARENA_ISOLATION_KEY"] = previous
+
+
+@pytest.fixture(autouse=True, scope="session")
 def one_torch_thread():
     """Tiny models on 2 cores: intra-op threads only add contention (tests ran 10x slower under load)."""
     import torch
