@@ -229,8 +229,9 @@ SYSTEM = [  # the system section (issue 56): a deployment's failures, availabili
     (("run", *OUT, *ASYNC, "--set", "system.stale_factor=0"), ["stale_factor must be a finite number > 0, got 0"]),
     (("run", *OUT, *ASYNC, "--set", "system.trace={T}/latency_missing.csv"), ["no latency for device(s) [1, 2, 3, 4, 5] ...; list every device once"]),
     (("run", *OUT, *ASYNC, "--set", "system.trace={T}/latency_negative.csv"), ["line 2: device must be in [0, 30) and latency a finite number > 0"]),
-    (("run", *OUT, *ASYNC, "--set", "system.buffer=3", "--aggregator", "krum", "--attack", "a1", "--level", "0.3"),
-     ["system 'asynchronous' aggregates buffers of 3 updates: krum needs f < n, got n=3, f=3"]),
+    (("run", *OUT, *ASYNC, "--set", "system.buffer=2", "--aggregator", "krum", "--attack", "a1", "--level", "0.3"),
+     ["system 'asynchronous' aggregates buffers of 2 updates: krum scores the n - f - 2 nearest neighbours",
+      "got n=2, f=0"]),  # f follows the buffer: floor(3 x 2 / 10) = 0
     (("run", *OUT, *DP, "--set", "privacy.noise_multiplier=1", *SYNC, "--set", "system.failure_rate=0.3"),
      ["differential privacy's accountant assumes clients_per_round devices drawn and reporting each round",
       "system 'synchronous' with failure_rate breaks that"]),

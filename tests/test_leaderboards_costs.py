@@ -121,6 +121,11 @@ def test_a_suite_with_a_deployment_axis_gets_one_block_per_deployment_with_exclu
     assert f_double["krum"] == ["2.00 (= synchronous)", "undefined", "undefined"]
     assert any(UNDEFINED in note for note in table.footnotes)
     assert "deployment_label" in table.tidy and "cost_server_ms" not in found["deployment"].tidy  # its own only
+    notes = "\n".join(table.footnotes)  # what a cell measures, and the confounders beside it
+    assert "ms per round the rule ran (a round skipped for too few reports is not counted" in notes
+    assert "Confounders beside the costs of a deployment" in notes and "agg a/T" in notes
+    single = tables([r for r in RUNS if "deployment_label" not in r], costs=("server_ms",))[0]["costs"]
+    assert "Confounders beside" not in "\n".join(single.footnotes)  # no deployment axis: none to name
 
 
 def test_the_suite_key_names_costs_and_a_bad_name_is_one_line(tmp_path):

@@ -4,6 +4,7 @@ of runs: worst case over the attacks per deployment, the clean reference, exclud
 import pandas as pd
 from test_leaderboards_tables import run, texts
 
+from fedarena.leaderboards import deployment_figure
 from fedarena.leaderboards.build import leaderboard_tables
 from fedarena.leaderboards.deployment_figure import deployment_data, write_deployment_figures
 from fedarena.leaderboards.deployment_table import (
@@ -11,7 +12,7 @@ from fedarena.leaderboards.deployment_table import (
     excluded_frame,
     grid_exclusions,
 )
-from fedarena.leaderboards.render import render
+from fedarena.leaderboards.render import html_fragment, render
 from fedarena.leaderboards.specs import SPECS, build_table
 
 SYSTEMS = {"synchronous": ("synchronous", 0.0, 0.0, "drop", ""), "fail0.3": ("synchronous", 0.3, 0.0, "drop", ""),
@@ -25,10 +26,11 @@ ACC = {("global", "synchronous"): (0.90, 0.60, 0.70), ("global", "fail0.3"): (0.
        ("global", "straggle0.5_include"): (0.89, 0.61, 0.64), ("global", "async_k5"): (0.86, 0.52, 0.62),
        ("global", "f_double"): (None, 0.60, 0.70),
        ("krum", "synchronous"): (0.80, 0.75, 0.78), ("krum", "fail0.3"): (0.79, 0.74, 0.70),
-       ("krum", "fail0.6"): (0.78, 0.40, 0.73), ("krum", "straggle0.5_drop"): (0.79, 0.72, 0.75),
+       ("krum", "fail0.6"): (0.78, 0.62, 0.73), ("krum", "straggle0.5_drop"): (0.79, 0.72, 0.75),
        ("krum", "straggle0.5_include"): (0.77, 0.65, 0.76), ("krum", "async_k5"): (0.76, 0.70, 0.71),
        ("krum", "f_double"): (None, None, None)}
 UNDEFINED = "krum scores the n - f - 2 nearest neighbours and needs n - f - 2 >= 1, got n=5, f=4"
+SKIPPED = {("krum", "fail0.6", "alie"): (6, 7)}  # rounds skipped by seed (of 10): Krum aggregated 3.5 on average
 
 
 def deployed_run(method, deployment, attack, seed, acc):
@@ -36,8 +38,12 @@ def deployed_run(method, deployment, attack, seed, acc):
     level = 0.0 if attack == "clean" else 0.2
     tags = {"deployment_label": deployment} if deployment != "synchronous" else {}
     tags.update({"f_declared": declared} if declared else {})
+    # a deployment other than the lab records its skips and the attackers' share (failures raise it)
+    recorded = {"rounds_skipped": float(SKIPPED.get((method, deployment, attack), (0, 0))[seed]),
+                "attacker_share": 0.0 if attack == "clean" else 0.2 + 0.4 * failure} if (
+        name != "synchronous" or failure or stragglers) else {}
     return run("digits", method, attack, level, seed, acc + (0.01 if seed else -0.01), 0.05,
-               cell_hash=f"digits/{method}/{attack}/{level}/{deployment}", **tags, **{
+               cell_hash=f"digits/{method}/{attack}/{level}/{deployment}", **tags, **recorded, rounds="10", **{
                    "system.name": name, "system.failure_rate": str(failure), "system.stragglers": str(stragglers),
                    "system.straggler_policy": policy, **({"system.buffer": "5"} if name == "asynchronous" else {})})
 
@@ -67,10 +73,25 @@ def test_the_table_holds_each_rows_worst_case_and_clean_accuracy_per_deployment(
     assert worst.header == ["method", "synchronous", "fail0.3", "fail0.6", "straggle0.5_drop", "straggle0.5_include",
                             "async_k5", "f_double"]
     rows = {row[0]: row[1:] for row in texts(worst)}
-    assert rows["global"][:3] == [".600 [alie]", ".550 [alie]", "**.500 [alie]**"]
-    assert rows["global"][4] == ".610 [alie]" and rows["krum"][4] == "**.650 [alie]**"  # straggle0.5_include
-    assert rows["krum"][1] == "**.700 [min_max]**" and rows["krum"][2] == ".400 [alie]"
+    assert rows["global"][:2] == [".600 [alie] (agg 10/10, att as drawn)", ".550 [alie] (agg 10/10, att 32%)"]
+    assert rows["global"][4] == ".610 [alie] (agg 10/10, att 20%)"  # straggle0.5_include
+    assert rows["krum"][4] == "**.650 [alie] (agg 10/10, att 20%)**"
+    assert rows["krum"][1] == "**.700 [min_max] (agg 10/10, att 32%)**"
     assert rows["krum"][6] == f"undefined: {UNDEFINED}"
+
+
+def test_a_cell_whose_rule_aggregated_fewer_than_half_its_rounds_is_marked_and_never_bold():
+    # Execute: Krum under ALIE at fail0.6 skipped 6 and 7 of 10 rounds; its .620 is the column's highest
+    rows = {row[0]: row[1:] for row in texts(tables()[0]["deployment"].blocks[1])}
+    tidy = tables()[0]["deployment"].tidy
+    # Assert: marked, not bold; the column's bold is the best cell that is a robustness number
+    assert rows["krum"][2] == ".620 [alie] (agg 3.5/10, att 44%) undertrained"
+    assert rows["global"][2] == "**.500 [alie] (agg 10/10, att 44%)**"
+    marked = tidy[tidy["undertrained"]]
+    assert list(zip(marked["method_label"], marked["deployment_label"], strict=True)) == [("krum", "fail0.6")]
+    # Krum's clean cell there aggregated every round: a robustness number like any other
+    assert {row[0]: row[1:] for row in texts(tables()[0]["deployment"].blocks[0])}["krum"][2] == \
+        ".780 (agg 10/10, att 0%)"
 
 
 def test_a_cell_that_is_the_same_trial_as_the_synchronous_one_shows_its_numbers():
@@ -78,8 +99,9 @@ def test_a_cell_that_is_the_same_trial_as_the_synchronous_one_shows_its_numbers(
     clean = tables()[0]["deployment"].blocks[0]
     # Assert: f = 0 without attackers: f_double's clean cells are the synchronous trials
     rows = {row[0]: row[1:] for row in texts(clean)}
-    assert rows["global"][0] == "**.900**" and rows["global"][-1] == "**.900 (= synchronous)**"
-    assert rows["krum"][-1] == ".800 (= synchronous)"
+    assert rows["global"][0] == "**.900 (agg 10/10, att 0%)**"
+    assert rows["global"][-1] == "**.900 (= synchronous) (agg 10/10, att 0%)**"
+    assert rows["krum"][-1] == ".800 (= synchronous) (agg 10/10, att 0%)"
 
 
 def test_the_notes_say_what_each_deployment_is_and_what_a_cell_means():
@@ -87,13 +109,36 @@ def test_the_notes_say_what_each_deployment_is_and_what_a_cell_means():
     table = tables()[0]["deployment"]
     # Assert
     notes = "\n".join(table.footnotes)
-    assert "fail0.3: synchronous, failure rate 0.3." in notes
-    assert "straggle0.5_include: synchronous, 0.5 stragglers, their partial work included." in notes
+    assert "fail0.3: synchronous, failure rate 0.3, attackers stay online." in notes
+    assert ("straggle0.5_include: synchronous, 0.5 stragglers (local steps or epochs uniform in {1, ..., E - 1}, "
+            "FedProx's draw), their partial work included, attackers never straggle.") in notes
     assert "async_k5: asynchronous buffered aggregation (FedBuff) of the first 5 arrivals." in notes
     assert "f_double: synchronous rounds, every drawn device reports; the server declares twice the f" in notes
     assert "undefined: the deployment makes the row's rule undefined there" in notes
+    assert "(agg a/T, att s): the rule aggregated a of the T rounds" in notes
+    assert "undertrained: the rule aggregated fewer than half its rounds" in notes
+    assert "floor(f n / m)" in notes
     assert "(= d): the same trial as deployment d's" in notes and "worst@20% on digits: over Min-Max" not in notes
     assert "| method | synchronous | fail0.3 |" in render(table, "markdown") and render(table, "csv")
+
+
+def test_a_control_deployment_says_that_attackers_fail_or_straggle_alike():
+    # Prepare: the control columns of fail0.3 and straggle0.5_drop (attackers_fail, attackers_straggle)
+    SYSTEMS.update({"fail0.3_all": ("synchronous", 0.3, 0.0, "drop", ""),
+                    "straggle0.5_drop_all": ("synchronous", 0.0, 0.5, "drop", "")})
+    controls = {"fail0.3_all": {"system.attackers_fail": "True"},
+                "straggle0.5_drop_all": {"system.attackers_straggle": "True"}}
+    try:
+        runs = RUNS + [{**deployed_run("global", d, a, seed, 0.7), **extra} for d, extra in controls.items()
+                       for a in ("clean", "alie", "min_max") for seed in (0, 1)]
+        table = tables(runs)[0]["deployment"]
+    finally:
+        for label in controls:
+            del SYSTEMS[label]
+    # Assert
+    notes = "\n".join(table.footnotes)
+    assert "fail0.3_all: synchronous, failure rate 0.3, attackers fail alike (control)." in notes
+    assert "their partial work dropped, attackers straggle alike (control)." in notes
 
 
 def test_without_a_deployment_axis_there_is_no_deployment_table_and_the_csv_has_no_new_column():
@@ -133,9 +178,30 @@ def test_the_figure_places_the_failure_rates_and_the_stragglers_from_the_lab(tmp
     # Assert: asynchronous and declared-f deployments are the table's only
     assert set(data["deployment_label"]) == {"synchronous", "fail0.3", "fail0.6", "straggle0.5_drop",
                                              "straggle0.5_include"}
-    krum = data[data["method_label"] == "krum"].set_index("deployment_label")["acc_pooled"]
-    assert krum["fail0.6"] == 0.40 and krum["straggle0.5_include"] == 0.65
+    krum = data[data["method_label"] == "krum"].set_index("deployment_label")
+    assert krum.loc["fail0.6", "acc_pooled"] == 0.62 and krum.loc["straggle0.5_include", "acc_pooled"] == 0.65
+    # the one point whose rule aggregated fewer than half its rounds carries the mark
+    assert data.loc[data["undertrained"], ["method_label", "deployment_label"]].values.tolist() == [["krum", "fail0.6"]]
     assert [p.name for p in paths] == ["deployment_digits.png"] and paths[0].stat().st_size > 10_000
+
+
+def test_the_figure_crosses_an_undertrained_point_and_draws_the_control_apart(tmp_path, monkeypatch):
+    # Prepare: record what is plotted
+    _, cells, prepared = tables()
+    drawn = []
+    real = deployment_figure.plt.Axes.plot
+
+    def spy(ax, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("marker"), list(x), [round(v, 3) for v in y]))
+        return real(ax, x, y, *args, **kwargs)
+    monkeypatch.setattr(deployment_figure.plt.Axes, "plot", spy)
+    facts = deployment_facts(prepared)
+    facts.loc[facts["deployment_label"] == "fail0.3", "attackers_fail"] = True  # as if fail0.3 were the control
+    # Execute
+    deployment_figure.write_deployment_figures(cells, facts, tmp_path)
+    # Assert: Krum's fail0.6 point crossed; fail0.3 on a line of squares of its own, fail0.6 on the circles'
+    assert ("x", [0.6], [0.62]) in drawn
+    assert ("s", [0.0, 0.3], [0.75, 0.7]) in drawn and ("o", [0.0, 0.6], [0.75, 0.62]) in drawn
 
 
 def test_exclusions_are_read_from_the_shipped_suite_only_for_runs_with_the_axis():
@@ -148,3 +214,34 @@ def test_exclusions_are_read_from_the_shipped_suite_only_for_runs_with_the_axis(
         ("krum", "alie", ""), ("global", "clean", "synchronous"), ("krum", "clean", "synchronous")}
     assert grid_exclusions("deployment", pd.DataFrame([{"scale": "smoke"}])).empty
     assert grid_exclusions("no_such_suite", runs).empty
+
+
+def test_rows_with_the_same_cells_in_every_column_are_named_and_the_report_shows_the_notes():
+    # Prepare: a trimmed mean whose cells are FedAvg's everywhere (its f is 0) and Krum's in the worst case but one
+    # and a median that agrees with them everywhere but fail0.6 (no note: it is another result)
+    runs = RUNS + [{**r, "method_label": "trimmed_mean", "run_id": r["run_id"] + "-tm",
+                    "cell_hash": r["cell_hash"] + "/tm"} for r in RUNS if r["method_label"] == "global"]
+    runs += [{**r, "method_label": "median", "run_id": r["run_id"] + "-md", "cell_hash": r["cell_hash"] + "/md",
+              "acc_pooled": r["acc_pooled"] - (0.05 if r.get("deployment_label") == "fail0.6" else 0.0)}
+             for r in RUNS if r["method_label"] == "global"]
+    # Execute
+    table = tables(runs)[0]["deployment"]
+    # Assert: named in both blocks, and on the report page (its sections render the tables' notes)
+    notes = "\n".join(table.footnotes)
+    assert "digits clean: global, trimmed_mean have the same cells in every column" in notes
+    assert "digits worst@20%: global, trimmed_mean have the same cells" in notes
+    assert "krum" not in notes and "median" not in notes
+    page = "\n".join(html_fragment(table, anchor="deployment"))
+    assert "global, trimmed_mean have the same cells" in page and "(agg a/T, att s)" in page
+    assert "same cells" not in "\n".join(tables()[0]["deployment"].footnotes)
+
+
+def test_a_setting_whose_rounds_aggregated_about_one_report_says_why_its_rows_agree():
+    # Prepare: straggle0.5_drop's clean runs aggregated about one report a round (every rule returns it)
+    runs = [{**r, "reports_mean": 1.2 if r.get("deployment_label") == "straggle0.5_drop" and r["attack_label"] ==
+             "clean" else 4.0} for r in RUNS]
+    # Execute
+    notes = "\n".join(tables(runs)[0]["deployment"].footnotes)
+    # Assert: that setting only
+    assert "straggle0.5_drop, clean: the rules aggregated 1.2 to 1.2 reports a round on average" in notes
+    assert notes.count("reports a round on average") == 1

@@ -191,6 +191,20 @@ def test_the_shipped_deployment_suite_expands_at_smoke_and_quick():
     # Assert: smoke's doubled f leaves Krum undefined under ALIE at 40%; quick's clean f_half / f_double are the
     # synchronous trials (8 rows x 2 x 3 seeds)
     assert (len(smoke.trials), len(smoke.excluded)) == (13, 3)
-    assert (len(quick.trials), len(quick.excluded)) == (1008, 48) and all(e.same_as for e in quick.excluded)
+    assert (len(quick.trials), len(quick.excluded)) == (1584, 48) and all(e.same_as for e in quick.excluded)
     assert {t.deployment_label for t in quick.trials} == {e.label for e in suite.deployment}
+    assert {t.config.local_steps for t in quick.trials} == {5}  # a straggler's {1, ..., 4} steps: less than all
     assert {t.config.aggregator.get("f") for t in quick.trials if t.deployment_label == "f_double"} == {4}
+
+
+def test_every_failure_and_straggler_deployment_has_its_control_beside_it():
+    # the plain label: attackers stay online; label_all: they fail or straggle at the same rate as honest devices
+    entries = {e.label: e.patch.get("system", {}) for e in load_suite("deployment").deployment}
+    varied = [label for label, system in entries.items() if system.get("failure_rate") or system.get("stragglers")]
+    plain = [label for label in varied if not label.endswith("_all")]
+    assert len(plain) == 6
+    for label in plain:
+        control = entries[f"{label}_all"]
+        assert {k: v for k, v in control.items() if not k.startswith("attackers_")} == entries[label]
+        assert control.get("attackers_fail" if entries[label].get("failure_rate") else "attackers_straggle") is True
+        assert not any(k.startswith("attackers_") for k in entries[label])

@@ -10,6 +10,8 @@ import torch
 
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
+from fedarena.methods.aggregators.builder import make_aggregator
+from fedarena.simulation import buffered
 from fedarena.simulation.data import drawn_clients
 from fedarena.simulation.engine import (
     _round_data,
@@ -23,7 +25,8 @@ from fedarena.simulation.experiment import run_experiment
 from fedarena.simulation.identity import trial_identity
 from fedarena.simulation.setup import build_trial
 from fedarena.system.base import Availability, SystemSpec, system_from
-from fedarena.system.participation import Participation, availability_probability, device_phases
+from fedarena.system.participation import LAB, Participation, availability_probability, device_phases
+from fedarena.system.requirements import following_f
 from fedarena.tracking.runs import _metric_entries
 
 BAD = np.zeros(400, dtype=bool)
@@ -86,7 +89,7 @@ def test_the_engine_draws_only_among_the_available_and_its_cache_agrees(small_co
     assert short > 0  # some rounds have fewer available devices than a round draws: they draw all there are
 
 
-def test_stragglers_are_the_share_of_honest_devices_and_run_one_to_E_steps():
+def test_stragglers_are_the_share_of_honest_devices_and_run_one_to_E_minus_one_steps():
     part = Participation.of(spec(stragglers=0.5), 5, BAD)
     ids = np.arange(0, 400, 20)  # 20 drawn: 4 attackers, 16 honest
     counts, units = [], []
@@ -98,10 +101,23 @@ def test_stragglers_are_the_share_of_honest_devices_and_run_one_to_E_steps():
         assert (budget[~chosen] == 8).all()  # the others run their whole plan
         units.extend(budget[chosen])
     assert set(counts) == {8}  # round(0.5 x 16)
-    assert set(units) == set(range(1, 9))  # uniform in {1, ..., E}: every value turns up in 2,400 draws
-    assert abs(np.mean(units) - 4.5) < 0.15
-    epochs = part.budgets(ids, 0, np.full(len(ids), 12), 3, np.full(len(ids), 4))  # 3 epochs of 4 steps each
-    assert set(epochs[part.stragglers(ids, 0)]) <= {4, 8, 12}
+    # FedProx's code, randint(1, E) in numpy: uniform in {1, ..., E - 1}; every value turns up in 2,400 draws
+    assert set(units) == set(range(1, 8))
+    assert abs(np.mean(units) - 4.0) < 0.15  # the mean of {1, ..., 7}: 4 (a draw of {1, ..., 8} gives 4.5)
+    epochs = [part.budgets(ids, r, np.full(len(ids), 12), 3, np.full(len(ids), 4))[part.stragglers(ids, r)]
+              for r in range(20)]  # 3 epochs of 4 steps each: a straggler runs 1 or 2 of them, never all 3
+    assert set(np.concatenate(epochs)) == {4, 8}
+
+
+def test_a_straggler_with_one_unit_planned_runs_it():
+    # E = 1 (one local step, or one epoch): nothing less to do, so the straggler runs its one unit (only `drop`
+    # sets it apart: its report is discarded)
+    part = Participation.of(spec(stragglers=1.0), 5, BAD)
+    ids = np.arange(80, 400, 20)  # 16 honest devices, every one a straggler
+    assert (part.budgets(ids, 3, np.ones(len(ids), dtype=int), 0, np.ones(len(ids), dtype=int)) == 1).all()
+    assert (part.budgets(ids, 3, np.full(len(ids), 6), 1, np.full(len(ids), 6)) == 6).all()  # one epoch of 6 steps
+    uneven = part.budgets(ids, 3, np.array([1, 2] * 8), 0, np.ones(len(ids), dtype=int))
+    assert (uneven == 1).all()  # E = 2 steps: FedProx's draw leaves {1}
 
 
 @pytest.mark.parametrize("backend", ["batched", "sequential"])
@@ -130,7 +146,8 @@ def train_one(trial, device):
 
 
 def test_a_rule_undefined_on_a_rounds_reports_skips_that_round(small_config):
-    # Krum with f = 1 needs n - f - 2 >= 1: n >= 4 of the 5 drawn; at failure rate 0.5 many rounds have fewer
+    # Krum needs n - f - 2 >= 1; f follows the reports, floor(1 x n / 5) = 0 below 5 of the 5 drawn, so Krum needs
+    # n >= 3; at failure rate 0.5 some rounds have fewer
     system = {"name": "synchronous", "failure_rate": 0.5}
     cfg = small_config(system=system, aggregator={"name": "krum"}, attack={"name": "a1", "level": 0.2}, rounds=12)
     trial = build_trial(cfg)
@@ -141,7 +158,7 @@ def test_a_rule_undefined_on_a_rounds_reports_skips_that_round(small_config):
         reports = int(trial.participation.reporting(ids, t).sum())
         before = state.w.clone()
         state = run_round(trial, state)
-        if reports < 4:
+        if reports < 3:
             assert torch.equal(state.w, before), f"round {t}: {reports} reports, Krum undefined, yet the model moved"
             skipped += 1
         else:
@@ -234,3 +251,59 @@ def test_a_deployments_properties_reach_the_store():
                                "attacker_share": float("nan")}, 10, 0)
     logged = {entry.key: entry.value for entry in entries}
     assert logged == {"acc_pooled": 0.5, "rounds_skipped": 2.0, "reports_mean": 4.5}
+
+
+def test_the_rules_f_follows_the_reports_it_aggregates():
+    # the trial's f / clients_per_round of the n reports, rounded down; the lab's rounds keep the trial's rule
+    rule = make_aggregator({"name": "trimmed_mean"}, f=2)
+    part = Participation.of(spec(failure_rate=0.3), 0, BAD)
+    assert [part.rule_for(rule, n, 10).f for n in (10, 9, 7, 5, 4, 2)] == [2, 1, 1, 1, 0, 0]
+    assert part.rule_for(rule, 10, 10) is rule and part.rule_for(None, 5, 10) is None
+    assert LAB.rule_for(rule, 5, 10) is rule
+    assert following_f(4, 5, 10) == 2 and following_f(3, 7, 10) == 2  # 2.1 -> 2
+
+
+def test_the_attackers_share_counts_only_the_rounds_the_rule_aggregated(small_config):
+    # Krum needs n - f - 2 >= 1 with f = floor(n / 5): n >= 3 of the 5 drawn; at failure rate 0.7 rounds with fewer
+    # are skipped, and their reports (attackers do not fail: a high share) count for nothing
+    cfg = small_config(system={"name": "synchronous", "failure_rate": 0.7}, aggregator={"name": "krum"},
+                       attack={"name": "a1", "level": 0.3}, rounds=16, eval_every=16)
+    trial = build_trial(cfg)
+    state = initial_state(trial)
+    ran, every = np.zeros(2), np.zeros(2)  # (reports, attackers' reports) of the aggregated rounds, of all rounds
+    for t in range(16):
+        ids = np.sort(draw_clients(trial, t, state.server))
+        sent = ids[trial.participation.reporting(ids, t)]
+        counted = np.array([len(sent), trial.threat.malicious[sent].sum()])
+        every += counted
+        ran += counted if len(sent) >= 3 else 0
+        state = run_round(trial, state)
+    final = run_experiment(cfg)["final"]
+    assert 0 < final["rounds_skipped"] < 16
+    assert final["attacker_share"] == pytest.approx(ran[1] / ran[0])
+    assert final["reports_mean"] == pytest.approx(ran[0] / (16 - final["rounds_skipped"]))
+    assert ran[1] / ran[0] != pytest.approx(every[1] / every[0])  # the skipped rounds would have moved it
+
+
+def test_a_buffer_of_five_trims_one_from_each_side_not_two(small_config, monkeypatch):
+    # f = 2 of 10 drawn; a buffer of 5 aggregates with f = 1: the trimmed mean of the middle 3, not the median, and
+    # the attack reads that f (the round's rule, ``RoundRule.f``)
+    seen = []
+    real = buffered.server_update
+
+    def spy(trial, w, clients, stacked, info, view):
+        seen.append(view.rule.f)
+        return real(trial, w, clients, stacked, info, view)
+    monkeypatch.setattr(buffered, "server_update", spy)
+    common = dict(attack={"name": "alie", "level": 0.2}, clients_per_round=10, rounds=6, eval_every=6,
+                  system={"name": "asynchronous", "buffer": 5})
+    trimmed = run_experiment(small_config(aggregator={"name": "trimmed_mean"}, **common))["final"]
+    assert set(seen) == {1}
+    median = run_experiment(small_config(aggregator={"name": "median"}, **common))["final"]
+    assert trimmed["acc_pooled"] != median["acc_pooled"]
+    # the check before training uses the f that follows the buffer: Krum (n - f - 2 >= 1) on buffers of 3 has f =
+    # floor(2 x 3 / 10) = 0 and runs (with the trial's f = 2 it would not); on buffers of 2 it cannot
+    krum = {**common, "aggregator": {"name": "krum"}}
+    assert build_trial(small_config(**{**krum, "system": {"name": "asynchronous", "buffer": 3}})).aggregate.f == 2
+    with pytest.raises(ConfigError, match="aggregates buffers of 2 updates: .*n=2, f=0"):
+        build_trial(small_config(**{**krum, "system": {"name": "asynchronous", "buffer": 2}}))

@@ -1,7 +1,7 @@
 """FedProx's straggler experiment (Li et al., MLSys 2020, Figure 1's synthetic(1,1) column) on the offline
 ``synthetic`` dataset: 30 devices, 10 drawn per round (proportional to their sizes, a simple mean), E = 20 local
 epochs of batch 10 at lr 0.01, 200 rounds; 0%, 50% and 90% of the drawn devices are stragglers (each runs a number
-of epochs uniform in {1, ..., 20}). FedAvg drops the stragglers' work (``straggler_policy: drop``); FedProx
+of epochs uniform in {1, ..., 19}: FedProx's code draws ``np.random.randint(1, E)``, whose upper end is exclusive). FedAvg drops the stragglers' work (``straggler_policy: drop``); FedProx
 includes it, with mu = 0 and with mu = 1 (``include``). Our synthetic caps a device at 200 samples (the paper's
 sizes are lognormal without a cap), so the numbers are the paper's setting, not its figure.
 

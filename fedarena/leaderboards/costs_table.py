@@ -27,9 +27,12 @@ from fedarena.suites.spec import COSTS
 NAME = "costs"
 # cost -> (its column heading, what it is: a note under the table)
 HEADINGS = {
-    "server_ms": ("server ms/round", "the method's server step with its rule, ms per round"),
+    "server_ms": ("server ms/round", "the method's server step with its rule and the rule's round inputs, ms per "
+                                     "round the rule ran (a round skipped for too few reports is not counted: it costs "
+                                     "the server nothing; – where the rule never ran)"),
     "attack_ms": ("attacker ms/round", "the attacker's work beyond honest training (its tampering, adaptation and "
-                                       "per-round corruption), ms per round"),
+                                       "per-round corruption), ms per round run, skipped ones included (the attacker "
+                                       "adapts and corrupts before the server knows the round will be skipped)"),
     "attack_forward": ("attacker forward passes", "the model's forward passes in that work, per run"),
     "attack_backward": ("attacker backward passes", "the model's backward passes in that work, per run"),
     "bytes_sent": ("bytes sent/round", "what one drawn device sends per round"),
@@ -105,10 +108,16 @@ def _undefined(excluded: pd.DataFrame, costs: tuple[str, ...], headings: dict[st
 def table_notes(frame: pd.DataFrame, costs: tuple[str, ...]) -> list[str]:
     """What each column and mark means."""
     notes = ["Each cell: the mean over the cell's seeds that recorded it (cost_* of every run: docs/semantics.md, "
-             "\"Deployment\", \"Costs\"); times are wall-clock on the machine that ran the trial."]
+             "\"Deployment\", \"Costs\"); times are wall-clock on the machine that ran the trial (on a GPU, read "
+             "after its queued kernels finish), so they compare within one store, not across machines."]
     notes += [f"{HEADINGS[name][0]}: {HEADINGS[name][1]}." for name in costs]
+    if frame["deployment_label"].nunique() >= 2:
+        notes.append("Confounders beside the costs of a deployment: a rule's time grows with the reports a round "
+                     "aggregates (fewer under failures and dropped stragglers, K under a buffer) and with the f that "
+                     "follows them (floor(f n / m)); how many rounds it ran of T is the deployment table's agg a/T.")
     if frame["text"].eq(MISSING).any():
-        notes.append(f"{MISSING}: not recorded by the cell's runs (made before fedarena logged what each side pays).")
+        notes.append(f"{MISSING}: not recorded by the cell's runs (made before fedarena logged what each side pays; "
+                     f"server ms: a rule that skipped every round never ran).")
     if frame["text"].str.contains(r"\(= ", regex=True).any():
         notes.append("(= d): the same trial as deployment d's (a declared f equal to the trial's own): its numbers.")
     reasons = frame.loc[frame["text"] == UNDEFINED, ["method_label", "deployment_label", "reason"]].drop_duplicates()

@@ -5,7 +5,10 @@ A point is a deployment of the suite's axis that varies one thing from the synch
 facts): the left panel the deployments that only set a failure rate (the lab at 0), the right one those that only
 set stragglers, their partial work dropped (solid) or included (dashed), both lines starting from the lab at 0.
 The y value is the row's worst case over the attacks at the level (``worst``), as the deployment table shows it;
-asynchronous deployments and declared f's are in the table only.
+asynchronous deployments and declared f's are in the table only. A deployment's control, where attackers fail or
+straggle alike (``attackers_fail``, ``attackers_straggle``: the _all labels), is its own line from the lab, with square
+markers; a point whose rule aggregated fewer than half its rounds (``deployment_table.undertrained``) is crossed: its
+accuracy is a nearly untrained model's, not a robustness number.
 """
 
 from __future__ import annotations
@@ -18,14 +21,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
-from fedarena.leaderboards.deployment_table import under_attack  # noqa: E402
+from fedarena.leaderboards.deployment_table import under_attack, undertrained, with_rounds  # noqa: E402
 from fedarena.leaderboards.figures import MIN_WIDTH, file_stem, ordered_values, palette, run_on  # noqa: E402
 from fedarena.leaderboards.tables import WORST, setting_label, sort_key  # noqa: E402
 
 PANELS = (("failure_rate", "failure rate (drawn devices that do not report)"),
           ("stragglers", "share of stragglers (partial local work)"))
 LINES = {"drop": "-", "include": "--"}  # a straggler policy's line style
+CONTROL = {"failure_rate": "attackers_fail", "stragglers": "attackers_straggle"}  # each panel's control flag
+MARKERS = {False: "o", True: "s"}  # attackers stay online; they fail or straggle alike (the control)
+KEY = [Line2D([], [], color="black", marker="o", label="attackers stay online"),
+       Line2D([], [], color="black", marker="s", alpha=0.6, label="attackers fail / straggle alike (_all)"),
+       Line2D([], [], color="black", marker="x", linestyle="", markersize=10,
+              label="undertrained (< T / 2 rounds aggregated)")]
 
 
 def write_deployment_figures(cells: pd.DataFrame, facts: pd.DataFrame, out_dir: Path) -> list[Path]:
@@ -50,7 +60,9 @@ def deployment_data(cells: pd.DataFrame, facts: pd.DataFrame, dataset: str) -> p
     worst = worst[np.isfinite(worst["acc_pooled"].astype(float))] if len(worst) else worst
     placed = facts[(facts["system_name"] == "synchronous") & (facts["f_declared"] == "")
                    & ((facts["failure_rate"] == 0) | (facts["stragglers"] == 0))]
-    data = worst.merge(placed, on="deployment_label", how="inner")
+    data = with_rounds(worst, facts).merge(placed.drop(columns="rounds"), on=["deployment_label", "dataset_label"],
+                                           how="inner")
+    data = data.assign(undertrained=[undertrained(row) for row in data.itertuples(index=False)])
     varied = (data["failure_rate"] > 0) | (data["stragglers"] > 0)
     return data if varied.any() else cells.iloc[0:0]
 
@@ -74,7 +86,8 @@ def plot_deployment(data: pd.DataFrame, title: str, path: Path, colors: dict | N
         row[0].set_ylabel("worst-case benign test accuracy")
     handles = {lab: h for ax in axes.flat for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
     ordered = sorted(handles, key=lambda m: sort_key("method_label", m))
-    fig.legend([handles[m] for m in ordered], ordered, loc="outside lower center", ncols=min(5, len(ordered)))
+    fig.legend([handles[m] for m in ordered] + KEY, ordered + [h.get_label() for h in KEY], loc="outside lower center",
+               ncols=min(4, len(ordered) + len(KEY)))
     fig.suptitle(f"{title}\nstragglers: their work dropped (solid) or included (dashed)")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -83,14 +96,18 @@ def plot_deployment(data: pd.DataFrame, title: str, path: Path, colors: dict | N
 
 
 def _draw(ax, rows: pd.DataFrame, x: str, method: str, color) -> None:
-    """A method's worst case against ``x``; against the stragglers one line per policy, each from the lab at 0."""
-    if x == "failure_rate":
-        line = rows.sort_values(x)
-        ax.plot(line[x], line["acc_pooled"], marker="o", color=color, label=method)
-        return
-    lab = rows[rows["stragglers"] == 0]
-    for policy, style in LINES.items():
-        line = pd.concat([lab, rows[(rows["stragglers"] > 0) & (rows["straggler_policy"] == policy)]]).sort_values(x)
-        if len(line) > len(lab):
-            ax.plot(line[x], line["acc_pooled"], marker="o", linestyle=style, color=color,
-                    label=method if policy == "drop" else None)
+    """A method's worst case against ``x``, one line per straggler policy (against the stragglers) and per control
+    (attackers online: circles; failing or straggling alike: squares), each from the lab at 0; undertrained points
+    crossed."""
+    lab = rows[rows[x] == 0]
+    control = rows[CONTROL[x]].astype(bool)
+    for policy, style in (LINES.items() if x == "stragglers" else [(None, "-")]):
+        kept = rows["straggler_policy"] == policy if policy else True
+        for alike, marker in MARKERS.items():
+            line = pd.concat([lab, rows[(rows[x] > 0) & kept & (control == alike)]]).sort_values(x)
+            if len(line) > len(lab):
+                ax.plot(line[x], line["acc_pooled"], marker=marker, linestyle=style, color=color,
+                        alpha=0.6 if alike else 1.0, label=method if policy != "include" and not alike else None)
+    crossed = rows[rows["undertrained"].astype(bool)]
+    if len(crossed):
+        ax.plot(crossed[x], crossed["acc_pooled"], marker="x", linestyle="", color="black", markersize=10)

@@ -30,24 +30,53 @@ from fedarena.suites.spec import SYNCHRONOUS
 
 NAME = "deployment"
 UNDEFINED = "undefined"
-FACTS = ("system_name", "failure_rate", "stragglers", "straggler_policy", "buffer", "f_declared")
+UNDERTRAINED = "undertrained"  # the mark of a cell whose rule aggregated fewer than half its rounds
+FACTS = ("system_name", "failure_rate", "attackers_fail", "stragglers", "straggler_policy", "attackers_straggle",
+         "buffer", "f_declared", "rounds")
 EXCLUDED_COLUMNS = (*POSITION, "reason", "same_as")
 
 
 def deployment_facts(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per deployment label: its system section's name, failure rate, stragglers and their policy, buffer
-    (asynchronous) and declared f ('' for the trial's own), from its first run's params and tags."""
+    """One row per deployment label and dataset: its system section's name, failure rate (and whether attackers fail
+    too), stragglers, their policy (and whether attackers straggle too), buffer (asynchronous), declared f ('' for
+    the trial's own) and the rounds T a run of it has on the dataset, from its first run's params and tags."""
     rows = []
-    for deployment, part in runs.groupby("deployment_label", sort=False) if "deployment_label" in runs else ():
+    keys = [k for k in ("deployment_label", "dataset_label") if k in runs]
+    for key, part in runs.groupby(keys, sort=False) if "deployment_label" in runs else ():
         first = part.iloc[0]
-        rows.append({"deployment_label": deployment,
+        rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True)),
                      "system_name": _text(first, "system.name", SYNCHRONOUS),
                      "failure_rate": _number(first, "system.failure_rate", 0.0),
+                     "attackers_fail": _text(first, "system.attackers_fail", "False").lower() == "true",
                      "stragglers": _number(first, "system.stragglers", 0.0),
                      "straggler_policy": _text(first, "system.straggler_policy", "drop"),
+                     "attackers_straggle": _text(first, "system.attackers_straggle", "False").lower() == "true",
                      "buffer": _number(first, "system.buffer", np.nan),
-                     "f_declared": _text(first, F_DECLARED_TAG, "")})
-    return pd.DataFrame(rows, columns=["deployment_label", *FACTS])
+                     "f_declared": _text(first, F_DECLARED_TAG, ""),
+                     "rounds": _number(first, "rounds", np.nan)})
+    return pd.DataFrame(rows, columns=["deployment_label", "dataset_label", *FACTS])
+
+
+def with_rounds(cells: pd.DataFrame, facts: pd.DataFrame | None) -> pd.DataFrame:
+    """The cells with ``rounds`` (T, the rounds a run has: its deployment's on its dataset; NaN where no run says)
+    and ``rounds_aggregated`` (T less the mean rounds skipped; T where the runs record no skip: the lab's rounds, a
+    declared f's, never skip)."""
+    planned = pd.Series(np.nan, index=cells.index)
+    if facts is not None and len(facts):
+        lookup = facts.drop_duplicates(["deployment_label", "dataset_label"]).set_index(
+            ["deployment_label", "dataset_label"])["rounds"]
+        planned = pd.Series([lookup.get((d, s), np.nan) for d, s in zip(cells["deployment_label"],
+                                                                        cells["dataset_label"], strict=True)],
+                            index=cells.index, dtype=float)
+    skipped = pd.to_numeric(cells.get("rounds_skipped", pd.Series(np.nan, index=cells.index)), errors="coerce")
+    return cells.assign(rounds=planned, rounds_aggregated=planned - skipped.fillna(0.0))
+
+
+def undertrained(row) -> bool:
+    """Whether the cell's rule aggregated fewer than half its rounds (its model is nearly untrained: no robustness
+    number)."""
+    aggregated, planned = getattr(row, "rounds_aggregated", np.nan), getattr(row, "rounds", np.nan)
+    return bool(np.isfinite(aggregated) and np.isfinite(planned) and aggregated < planned / 2)
 
 
 def _text(row: pd.Series, key: str, default: str) -> str:
@@ -109,7 +138,8 @@ def under_attack(cells: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 
 def cell_text(row) -> tuple[str, float]:
-    """(text, score) of one shown cell: mean ± CI, the worst case's attack, where it is borrowed from."""
+    """(text, score) of one shown cell: mean ± CI, the worst case's attack, where it is borrowed from, and its
+    confounders (``confounders``); an undertrained cell is marked and has no score (never bold)."""
     if row.mixed:
         return "mixed", np.nan
     ci = getattr(row, "acc_pooled_ci", np.nan)
@@ -118,7 +148,33 @@ def cell_text(row) -> tuple[str, float]:
         text += f" [{row.worst_attack}]"
     if row.borrowed:
         text += f" (= {row.borrowed})"
-    return text + ("†" if row.diverged else ""), float(row.acc_pooled)
+    text += ("†" if row.diverged else "") + f" ({confounders(row)})"
+    if undertrained(row):
+        return f"{text} {UNDERTRAINED}", np.nan
+    return text, float(row.acc_pooled)
+
+
+def confounders(row) -> str:
+    """'agg a/T, att s': the rounds the rule aggregated of T (mean over seeds) and the attackers' share of the
+    reports it aggregated; a run that records neither (every drawn device reports: the lab, a declared f) aggregated
+    T of T, its attackers' share as drawn (none in a clean cell)."""
+    planned, aggregated = getattr(row, "rounds", np.nan), getattr(row, "rounds_aggregated", np.nan)
+    rounds = f"{_count(aggregated)}/{_count(planned)}" if np.isfinite(planned) else MISSING
+    share = getattr(row, "attacker_share", np.nan)
+    clean = row.attack_label == "clean"
+    if np.isfinite(share):
+        shown = f"{100 * share:.0f}%"
+    elif clean:
+        shown = "0%"
+    else:
+        recorded = np.isfinite(getattr(row, "rounds_skipped", np.nan))  # skipped all its rounds: no report shared
+        shown = MISSING if recorded else "as drawn"
+    return f"agg {rounds}, att {shown}"
+
+
+def _count(x: float) -> str:
+    """A mean count of rounds: whole where it is, else one decimal."""
+    return f"{x:.0f}" if float(x).is_integer() else f"{x:.1f}"
 
 
 def _fraction(x: float) -> str:
@@ -159,7 +215,7 @@ def deployment_table(cells: pd.DataFrame, excluded: pd.DataFrame | None = None,
     excluded = excluded if excluded is not None else pd.DataFrame(columns=EXCLUDED_COLUMNS)
     if "deployment_label" not in cells or (cells["deployment_label"].nunique() < 2 and excluded.empty):
         return None
-    cells = with_borrowed(cells, excluded)
+    cells = with_rounds(with_borrowed(cells, excluded), facts)
     worst, worst_notes = under_attack(cells)
     shown = pd.concat([worst.assign(borrowed=worst["borrowed"].fillna("")),
                        cells[cells["attack_label"] == "clean"].assign(worst_attack="")], ignore_index=True)
@@ -171,26 +227,74 @@ def deployment_table(cells: pd.DataFrame, excluded: pd.DataFrame | None = None,
     for (dataset, privacy, attack, level), block in blocks:
         private = f" {privacy}" if privacy != "none" else ""
         block.title = f"{dataset}{private} {setting_label(attack, level)}"
-    notes = table_notes(frame, facts) + worst_notes
-    tidy = without_costs(frame.drop(columns=["text", "score"])).sort_values(
+    notes = (table_notes(frame, facts) + same_rows_notes([block for _, block in blocks]) + few_reports_notes(frame)
+             + worst_notes)
+    tidy = without_costs(frame.drop(columns=["text", "score"])).assign(
+        undertrained=[undertrained(row) for row in frame.itertuples(index=False)]).sort_values(
         list(blocks_by), key=lambda c: c.map(lambda v: sort_key(c.name, v)), kind="stable")
     return Table(NAME, "Deployment under attack: worst-case and clean benign accuracy per deployment",
                  [block for _, block in blocks], notes, tidy.reset_index(drop=True))
 
 
 def table_notes(frame: pd.DataFrame, facts: pd.DataFrame | None) -> list[str]:
-    """What a cell says and what each deployment is."""
+    """What a cell measures, the confounders beside it, and what each deployment is."""
     notes = ["Each cell: the mean benign test accuracy over seeds ± the half-width of its 95% confidence interval; "
              "worst@L: each row's lowest over the attacks at level L (in brackets: the attack), clean not counted; "
-             "clean: without attackers. Bold: the highest in each column."]
+             "clean: without attackers. Bold: the highest in each column, among the cells that are not undertrained.",
+             "Beside each accuracy, its confounders: (agg a/T, att s): the rule aggregated a of the T rounds (mean "
+             "over seeds; a round whose reports are too few for the rule is skipped and the model stays) and the "
+             "attackers' share s of the reports it aggregated (skipped rounds not counted). Where every drawn device "
+             "reports (synchronous, a declared f) no round is skipped: T of T, the attackers' share as drawn. A "
+             "share above the attack's level says the deployment let more attackers in (they stay online), not that "
+             "the rule is weaker: compare the _all column, where attackers fail or straggle alike.",
+             f"{UNDERTRAINED}: the rule aggregated fewer than half its rounds, so the accuracy is a nearly untrained "
+             f"model's, not a robustness number (never bold).",
+             "f follows the reports: a rule (and an attack that reads the server's f) that aggregates n reports of a "
+             "round of m drawn devices gets floor(f n / m), f the trial's (declared) f; a round where even that "
+             "rule is undefined is skipped."]
     if frame["text"].str.contains(r"\(= ", regex=True).any():
         notes.append("(= d): the same trial as deployment d's (a declared f equal to the trial's own; without "
                      "attackers f is 0, and so are half and double of it): its numbers.")
     if frame["text"].str.startswith(f"{UNDEFINED}:").any():
         notes.append(f"{UNDEFINED}: the deployment makes the row's rule undefined there (its requirement on the "
                      f"devices that report and the f it assumes); no trial ran.")
-    for row in (facts.itertuples(index=False) if facts is not None else ()):
+    described = facts.drop_duplicates("deployment_label") if facts is not None else pd.DataFrame()
+    for row in described.itertuples(index=False):
         notes.append(f"{row.deployment_label}: {describe(row)}.")
+    return notes
+
+
+def same_rows_notes(blocks: list) -> list[str]:
+    """A note for every pair of rows whose cells are the same in every column of a block where both have one (two
+    or more columns): the reader should not take them for two results."""
+    notes = []
+    for block in blocks:
+        for i, one in enumerate(block.rows):
+            for other in block.rows[i + 1:]:
+                shared = [(a.text, b.text) for a, b in zip(one[1:], other[1:], strict=True)
+                          if MISSING not in (a.text, b.text)]
+                if len(shared) >= 2 and all(a == b for a, b in shared):
+                    notes.append(f"{block.title}: {one[0].text}, {other[0].text} have the same cells in every column, "
+                                 f"one computation under two names there (with f = 0, as without attackers, a rule "
+                                 f"that trims or mixes f rows is the mean).")
+    return notes
+
+
+FEW_REPORTS = 3  # fewer reports a round than this on average: the rules can hardly differ (one report: the same)
+
+
+def few_reports_notes(frame: pd.DataFrame) -> list[str]:
+    """A note for every deployment and setting whose cells aggregated fewer than ``FEW_REPORTS`` reports a round on
+    average (``reports_mean``): there every rule returns (nearly) the reports as they are, so its rows agree."""
+    if "reports_mean" not in frame:
+        return []
+    reports = pd.to_numeric(frame["reports_mean"], errors="coerce")
+    few = frame[reports < FEW_REPORTS].assign(reports=reports)
+    notes = []
+    for (deployment, attack, level), part in few.groupby(["deployment_label", "attack_label", "level"], sort=False):
+        notes.append(f"{deployment}, {setting_label(attack, level)}: the rules aggregated {part['reports'].min():.1f}"
+                     f" to {part['reports'].max():.1f} reports a round on average; with one report every rule "
+                     f"returns it, so rows agree there without one rule becoming another.")
     return notes
 
 
@@ -200,10 +304,15 @@ def describe(row) -> str:
         arrivals = f" of the first {row.buffer:g} arrivals" if np.isfinite(row.buffer) else ""
         what = f"asynchronous buffered aggregation (FedBuff){arrivals}"
     else:
-        parts = [f"failure rate {row.failure_rate:g}"] if row.failure_rate else []
+        parts = []
+        if row.failure_rate:
+            who = "attackers fail alike (control)" if row.attackers_fail else "attackers stay online"
+            parts.append(f"failure rate {row.failure_rate:g}, {who}")
         if row.stragglers:
             kept = "included" if row.straggler_policy == "include" else "dropped"
-            parts.append(f"{row.stragglers:g} stragglers, their partial work {kept}")
+            who = "attackers straggle alike (control)" if row.attackers_straggle else "attackers never straggle"
+            parts.append(f"{row.stragglers:g} stragglers (local steps or epochs uniform in {{1, ..., E - 1}}, "
+                         f"FedProx's draw), their partial work {kept}, {who}")
         what = "synchronous, " + ", ".join(parts) if parts else "synchronous rounds, every drawn device reports"
     declared = {"half": "half the f the trial assumes", "double": "twice the f the trial assumes"}
     return what + (f"; the server declares {declared[row.f_declared]}" if row.f_declared in declared else "")

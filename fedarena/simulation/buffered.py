@@ -111,10 +111,11 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     buffer = _taken(flight, first[np.argsort(flown[first], kind="stable")])  # per-round rows in id order
     waiting = _taken(flight, np.setdiff1d(np.arange(len(flown)), first))
     ids = buffer["ids"].cpu().numpy()
-    state = replace(state, parts={**state.parts, SYSTEM: trial.participation.tallied(state.part(SYSTEM), ids)})
-    if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(ids)):
+    rule = trial.participation.rule_for(trial.aggregate, len(ids), trial.cfg.clients_per_round)  # f follows K
+    if rule is not None and trial.participation.undefined(rule, len(ids)):
         # a buffer the rule cannot aggregate (a rule removed devices): discarded, the step counted as skipped
         return _refilled(trial, _skipped(state, state.clients, state.attack), waiting, len(ids), clock)
+    state = replace(state, parts={**state.parts, SYSTEM: trial.participation.tallied(state.part(SYSTEM), ids)})
     staleness = t - buffer["version"].cpu().numpy()
     stacked = buffer["updates"].to(state.w.device)
     rows = torch.as_tensor(ids, device=trial.device)
@@ -122,7 +123,7 @@ def buffered_round(trial: Trial, state: SimState) -> SimState:
     info = ServerInfo(trial.weights[rows], losses, rows, trial.cfg.lr, t)
     server = dict(state.server)
     arrived = ids[np.argsort(buffer["arrival"].cpu().numpy(), kind="stable")]  # the rule's "draw": arrival order
-    view = StageView(trial, t, ids, round_rule(trial, arrived, t, server, state.w), info.weights, info.losses, server)
+    view = StageView(trial, t, ids, round_rule(trial, arrived, t, server, state.w, rule), info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the senders send: an attack tampers with its devices' rows
         stacked = stage(stacked, view)
     scale = torch.as_tensor(staleness_weight(staleness), dtype=stacked.dtype, device=stacked.device)

@@ -19,6 +19,13 @@ import torch
 COST_PREFIX = "cost_"
 
 
+def synchronized() -> None:
+    """Wait for every CUDA kernel queued in this process, where it has used CUDA (a kernel launch returns before the
+    work is done, so a clock read without this times the launches); nothing in a process that never touched CUDA."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 class CostMeter:
     """Accumulated seconds and calls per phase, and peak device memory per phase (CUDA only)."""
 

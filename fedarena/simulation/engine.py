@@ -290,16 +290,17 @@ def run_round(trial: Trial, state: SimState) -> SimState:
         drawn = drawn[np.isin(drawn, ids)]
         keep = torch.as_tensor(reporting, device=stacked.device)
         stacked, rows = stacked[keep], rows[keep.to(rows.device)]
-    tally = trial.participation.tallied(state.part(SYSTEM), ids)  # who reported (a deployment's; the lab's: nothing)
+    rule = trial.participation.rule_for(trial.aggregate, len(senders), trial.cfg.clients_per_round)  # f follows n
+    if rule is not None and trial.participation.undefined(rule, len(senders)):
+        return _skipped(state, clients, attack)
+    tally = trial.participation.tallied(state.part(SYSTEM), ids)  # what the rule aggregates (the lab's: nothing)
     if tally:
         state = replace(state, parts={**state.parts, SYSTEM: tally})
-    if trial.aggregate is not None and trial.participation.undefined(trial.aggregate, len(senders)):
-        return _skipped(state, clients, attack)
     losses = _global_losses(trial, state.w, ids) if trial.needs_losses else None
     who = rows if len(senders) == len(ids) else torch.as_tensor(senders, device=trial.device)
     info = ServerInfo(trial.weights[who], losses, who, trial.cfg.lr, t)  # a tensor index: numpy's costs 15 us
     server = dict(state.server)  # the rule replaces entries, never in place: a dropped round keeps the old ones
-    aggregate = round_rule(trial, drawn, t, server, state.w)
+    aggregate = round_rule(trial, drawn, t, server, state.w, rule)
     view = StageView(trial, t, senders, aggregate, info.weights, info.losses, server)
     for stage in trial.pipeline.device:  # what the devices send: canaries join, local DP, tampering
         stacked = stage(stacked, view)
@@ -314,10 +315,11 @@ def run_round(trial: Trial, state: SimState) -> SimState:
     return SimState(t + 1, w_new, clients, state.diverged_at, state.history, parts)
 
 
-def round_rule(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict, w: torch.Tensor):
-    """The trial's rule for the round: with its view of the round (``round_draw``; the others never read the
-    draw), whose round inputs (FLTrust's root update) are the server's work too."""
-    aggregate = trial.aggregate
+def round_rule(trial: Trial, drawn: np.ndarray, round_idx: int, server: dict, w: torch.Tensor, rule=None):
+    """The trial's rule for the round (``rule``: with the f that follows the round's reports, ``Participation.
+    rule_for``): with its view of the round (``round_draw``; the others never read the draw), whose round inputs
+    (FLTrust's root update) are the server's work too."""
+    aggregate = trial.aggregate if rule is None else rule
     if aggregate is None or not aggregate.needs_round:
         return aggregate
     with trial.work.measured(SERVER_WORK):
@@ -331,7 +333,7 @@ def server_update(trial: Trial, w: torch.Tensor, clients: dict, stacked: torch.T
     rule = view.rule
     for stage in trial.pipeline.server:
         rule = stage(rule, view)
-    with trial.work.measured(SERVER_WORK):
+    with trial.work.measured(SERVER_WORK, step=True):  # a round the rule ran: server_ms is per such round
         return trial.method.server_step(w, clients, stacked, info, rule)
 
 

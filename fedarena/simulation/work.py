@@ -5,12 +5,14 @@ bytes a device sends and receives per round. Timing reads clocks and counters on
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fedarena.models.passes import counting
+from fedarena.simulation.costs import synchronized
 
 SERVER, ATTACK = "server", "attack"
 
@@ -24,16 +26,23 @@ class Work:
     forward: defaultdict = field(default_factory=lambda: defaultdict(int))
     backward: defaultdict = field(default_factory=lambda: defaultdict(int))
 
+    steps: defaultdict = field(default_factory=lambda: defaultdict(int))  # the rounds each role's step ran
+
     @contextlib.contextmanager
-    def measured(self, role: str):
+    def measured(self, role: str, step: bool = False):
+        """Times the block as ``role``'s work (``step``: it is one round's step of the role, the server's per-round
+        cost divides by these). The clock is read after the device's queued kernels (``costs.synchronized``)."""
+        synchronized()
         start = time.perf_counter()
         with counting() as passes:
             try:
                 yield
             finally:
+                synchronized()
                 self.seconds[role] += time.perf_counter() - start
                 self.forward[role] += passes.forward
                 self.backward[role] += passes.backward
+                self.steps[role] += step
 
     def wrapped(self, role: str, fn: Callable) -> Callable:
         """``fn`` measured as ``role``'s work at every call."""
@@ -43,10 +52,14 @@ class Work:
         return measured_call
 
     def summary(self, rounds: int) -> dict[str, float]:
-        """``server_ms`` (the server step per round), ``attack_s``, ``attack_ms`` (per round), ``attack_forward`` and
-        ``attack_backward`` (model passes in all)."""
+        """``server_ms`` (the server step per round it ran: a round skipped, too few reports for the rule, costs the
+        server nothing and is not counted; NaN where it never ran), ``attack_s``, ``attack_ms`` (per round of the
+        ``rounds`` run: the attacker adapts in skipped rounds too), ``attack_forward`` and ``attack_backward`` (model
+        passes in all)."""
         per_round = 1000.0 / max(rounds, 1)
-        return {"server_ms": self.seconds[SERVER] * per_round, "attack_s": self.seconds[ATTACK],
+        ran = self.steps[SERVER]
+        server_ms = 1000.0 * self.seconds[SERVER] / ran if ran else math.nan
+        return {"server_ms": server_ms, "attack_s": self.seconds[ATTACK],
                 "attack_ms": self.seconds[ATTACK] * per_round, "attack_forward": float(self.forward[ATTACK]),
                 "attack_backward": float(self.backward[ATTACK])}
 

@@ -155,21 +155,26 @@ def _asynchronous_values(where: str, spec: SystemSpec) -> tuple:
     return (buffer, spec.concurrency, *values, spec.trace, spec.attacker_timing, stale)
 
 
-@SYSTEMS.register(SYNCHRONOUS)
+# 2: a straggler's work drawn as FedProx's code draws it, {1, ..., E - 1} (was {1, ..., E}); the rule's f follows the
+# reports it aggregates (``Participation.rule_for``); attacker_share and reports_mean over the rounds the rule ran
+@SYSTEMS.register(SYNCHRONOUS, version=2)
 def synchronous(*, failure_rate: float = 0.0, attackers_fail: bool = False, availability: dict | None = None,
                 stragglers: float = 0.0, straggler_policy: str = "drop", on_undefined: str = "skip",
                 attackers_straggle: bool = False) -> SystemSpec:
     """Rounds that wait for every drawn device: ``failure_rate`` p (a drawn device trains, then fails to report with
     probability p; attackers too where ``attackers_fail``), ``availability`` (devices drawn only among those
-    available in the round), ``stragglers`` (that fraction of the drawn devices runs a number of local steps uniform
-    in [1, E]; ``straggler_policy`` drop: their work is discarded, FedAvg in FedProx's experiments; include: it is
-    aggregated, FedProx's; attackers are among them only where ``attackers_straggle``). ``on_undefined``: what a
-    round does whose reporters are too few for the server rule."""
+    available in the round), ``stragglers`` (that fraction of the drawn honest devices runs a number of local epochs,
+    or of local steps without epochs, uniform in {1, ..., E - 1} as FedProx's code draws them, its one with E = 1;
+    ``straggler_policy`` drop: their work is discarded, FedAvg in FedProx's experiments; include: it is aggregated,
+    FedProx's; attackers are among them only where ``attackers_straggle``, then the fraction is of every drawn
+    device). ``on_undefined``: what a round does whose reporters are too few for the server rule (whose f follows
+    the reports: the trial's f scaled to them, rounded down)."""
     return checked(SystemSpec(SYNCHRONOUS, failure_rate, attackers_fail, availability, stragglers, straggler_policy,
                               on_undefined, attackers_straggle))
 
 
-@SYSTEMS.register(ASYNCHRONOUS)
+# 2: the rule's f follows the buffer (the trial's f scaled to K, rounded down); attacker_share over the steps it ran
+@SYSTEMS.register(ASYNCHRONOUS, version=2)
 def asynchronous(*, buffer: int = 10, concurrency: int | None = None, latency_mean: float = 1.0,
                  speed_sigma: float = 0.5, jitter_sigma: float = 0.25, trace: str | None = None,
                  attacker_timing: str = "honest", stale_factor: float = 10.0) -> SystemSpec:
@@ -177,7 +182,8 @@ def asynchronous(*, buffer: int = 10, concurrency: int | None = None, latency_me
     server applies the mean of the first ``buffer`` arrivals, each scaled by 1 / sqrt(1 + staleness). Latencies:
     lognormal, ``latency_mean`` x a per-device speed (sigma ``speed_sigma``) x a per-dispatch jitter (sigma
     ``jitter_sigma``), or a trace (``device,latency`` csv: each device's mean latency). ``attacker_timing``: honest
-    (as any device), fresh (latency 0: in the next buffer) or stale (``stale_factor`` x its latency)."""
+    (as any device), fresh (latency 0: in the next buffer) or stale (``stale_factor`` x its latency). The rule's f
+    follows the buffer: the trial's f scaled to K / clients_per_round, rounded down."""
     return checked(SystemSpec(ASYNCHRONOUS, buffer=buffer, concurrency=concurrency, latency_mean=latency_mean,
                               speed_sigma=speed_sigma, jitter_sigma=jitter_sigma, trace=trace,
                               attacker_timing=attacker_timing, stale_factor=stale_factor))

@@ -6,7 +6,7 @@ What each means: docs/semantics.md ("Deployment")."""
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,7 @@ from fedarena.errors import ConfigError
 from fedarena.streams import AVAILABILITY, FAILURE, STRAGGLER, keyed_uniforms
 from fedarena.system.base import Availability, SystemSpec
 from fedarena.system.latency import mean_latencies
-from fedarena.system.requirements import undefined_reason
+from fedarena.system.requirements import following_f, undefined_reason
 
 
 def availability_probability(spec: Availability, phases: np.ndarray, rounds: np.ndarray) -> np.ndarray:
@@ -111,24 +111,35 @@ class Participation:
     def budgets(self, ids: np.ndarray, round_idx: int, steps: np.ndarray, epochs: int, epoch_steps: np.ndarray
                 ) -> np.ndarray | None:
         """[len(ids)] local steps each drawn device runs (None: all it plans, ``steps``): a straggler runs a number of
-        epochs (or of steps, without epochs) uniform in {1, ..., E}, E its planned epochs (steps)."""
+        epochs (or of local steps, without epochs) drawn as FedProx's code draws them, ``randint(1, E)`` in numpy:
+        uniform in {1, ..., E - 1}, E its planned epochs (steps). With E = 1 there is nothing less to do: the
+        straggler runs its one epoch (step), so that only ``drop`` sets it apart (``straggled_units``)."""
         if self.spec.stragglers == 0:
             return None
         straggles = self.stragglers(ids, round_idx)
-        e = epochs if epochs else steps
         draw = keyed_uniforms(self.seed, STRAGGLER, round_idx, ids, 2)[:, 1]
-        units = 1 + np.floor(draw * e).astype(np.int64)  # uniform in {1, ..., E}
+        units = straggled_units(draw, epochs if epochs else steps)
         partial = units * epoch_steps if epochs else units
         return np.where(straggles, np.minimum(partial, steps), steps)
 
     def tallied(self, part: dict, ids: np.ndarray) -> dict:
-        """The run's ``system`` part with a round's reports counted (``reports``, and ``attacker_reports`` among them;
-        their means are reported at each evaluation); the lab's part as it is (it counts nothing)."""
+        """The run's ``system`` part with a round the rule aggregated counted (``tally``: rounds, ``reports``, and
+        ``attacker_reports`` among them; a skipped round is not counted, so the means reported at each evaluation
+        are over the reports the rule aggregated); the lab's part as it is (it counts nothing)."""
         if self.spec.default:
             return part
         bad = int(self.malicious[ids].sum()) if len(ids) else 0
         counts = torch.tensor([1, len(ids), bad], dtype=torch.long)
         return {**part, "tally": part.get("tally", torch.zeros(3, dtype=torch.long)) + counts}
+
+    def rule_for(self, rule, n: int, per_round: int):
+        """The server rule for a round that aggregates ``n`` reports: its f follows the reports, the trial's f
+        (declared or expected among ``per_round`` drawn devices) scaled to n and rounded down, ``f_n = floor(f n /
+        per_round)`` (a buffer of 5 of 10: f 2 -> 1), so that a rule never silently becomes another (trimming 2 from
+        each side of 5 rows is the median). The lab's rounds aggregate every drawn device: its rule as it is."""
+        if rule is None or self.spec.default or n == per_round:
+            return rule
+        return replace(rule, f=following_f(rule.f, n, per_round))
 
     def undefined(self, rule, n: int) -> bool:
         """Whether the server rule is undefined on the ``n`` reports of a round (then the round is skipped,
@@ -147,6 +158,13 @@ class Participation:
         if self.spec.stragglers and self.spec.straggler_policy == "drop":
             fails |= self.stragglers(ids, round_idx)
         return ~fails
+
+
+def straggled_units(draw: np.ndarray, planned) -> np.ndarray:
+    """A straggler's epochs (or steps) from a uniform ``draw`` in [0, 1): FedProx's ``randint(1, E)``, uniform in
+    {1, ..., E - 1}; with E = 1 (nothing less to do) its one unit."""
+    fewer = np.maximum(np.asarray(planned, dtype=np.int64) - 1, 1)  # the values {1, ..., E - 1} can take (E = 1: 1)
+    return 1 + np.floor(draw * fewer).astype(np.int64)
 
 
 LAB = Participation(SystemSpec(), 0, np.zeros(0, dtype=bool))  # the default: everyone available, reporting, whole

@@ -3,9 +3,17 @@ accountant does not describe."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.builder import Aggregator, check_rule
 from fedarena.system.base import SystemSpec
+
+
+def following_f(f: int, n: int, per_round: int) -> int:
+    """The f of a round that aggregates n reports where a round of the trial draws per_round devices: the trial's
+    fraction f / per_round of the n reports, rounded down (``Participation.rule_for``)."""
+    return (f * n) // per_round
 
 
 def undefined_reason(rule: Aggregator, n: int, cache: dict[int, str | None]) -> str | None:
@@ -44,7 +52,8 @@ def check_system_privacy(spec: SystemSpec, private: bool, secure_aggregation: bo
 
 
 def check_asynchronous(spec: SystemSpec, rule: Aggregator | None, per_round: int, devices: int) -> None:
-    """Asynchronous aggregation's shape: buffer <= concurrency <= the devices, and the rule defined on a buffer."""
+    """Asynchronous aggregation's shape: buffer <= concurrency <= the devices, and the rule defined on a buffer with
+    the f that follows it (``following_f``: the trial's f scaled to the buffer)."""
     if not spec.asynchronous:
         return
     concurrency = spec.concurrency or per_round
@@ -55,6 +64,6 @@ def check_asynchronous(spec: SystemSpec, rule: Aggregator | None, per_round: int
                           f"(devices in flight; null: clients_per_round): the buffer would never fill")
     if rule is not None:
         try:
-            check_rule(rule, n=spec.buffer)
+            check_rule(replace(rule, f=following_f(rule.f, spec.buffer, per_round)), n=spec.buffer)
         except ConfigError as err:
             raise ConfigError(f"system 'asynchronous' aggregates buffers of {spec.buffer} updates: {err}") from None
