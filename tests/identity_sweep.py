@@ -7,7 +7,8 @@ tables). ``tests/golden/identity_sweep.json`` keeps each config's fingerprint un
 (``config_hash``, which holds every component's version). ``test_identity_sweep.py`` recomputes them: a
 fingerprint that changed while the identity stayed is a behaviour change without a version bump.
 
-After a deliberate change (with the version bumped), write the new fingerprints:
+After a deliberate change (with the version bumped), write the new fingerprints (entries that still hold are kept
+as they are, ``updated_golden``):
 
     .venv/bin/python tests/identity_sweep.py --update
 
@@ -189,6 +190,14 @@ def differences_from_golden(entry: dict, got: dict) -> list[str]:
     return min((differences(f, got) for f in [entry["fingerprint"], *entry.get("also", [])]), key=len)
 
 
+def updated_golden(golden: dict[str, dict], computed: dict[str, dict]) -> dict[str, dict]:
+    """The golden file after a deliberate change: an entry whose fingerprint still holds is kept as it is (with the
+    other CPU's ``also``: a rewrite from one CPU would drop it), a new or moved one is this CPU's, and an identity
+    the sweep no longer computes (a bumped version's old one) is dropped."""
+    return {h: golden[h] if h in golden and not differences_from_golden(golden[h], e["fingerprint"]) else e
+            for h, e in computed.items()}
+
+
 def compute(vehicle_dir: str) -> dict[str, dict]:
     """config_hash -> {name, config, fingerprint} of every config of the sweep."""
     out = {}
@@ -218,12 +227,14 @@ def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         computed = compute(vehicle_folder(Path(tmp)))
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if args.update:
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        GOLDEN.write_text(json.dumps(computed, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {len(computed)} fingerprints to {GOLDEN}")
+        updated = updated_golden(golden, computed)
+        GOLDEN.write_text(json.dumps(updated, indent=1, sort_keys=True) + "\n")
+        kept = sum(updated[h] is golden.get(h) for h in updated)
+        print(f"wrote {len(updated)} fingerprints to {GOLDEN} ({kept} kept as they were)")
         return 0
-    golden = json.loads(GOLDEN.read_text())
     bad = [f"{e['name']}: {d}" for h, e in computed.items() if h in golden
            for d in differences_from_golden(golden[h], e["fingerprint"])]
     print("\n".join(bad) or f"{len(computed)} fingerprints as golden")

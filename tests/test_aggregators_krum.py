@@ -6,7 +6,7 @@ import torch
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
 from fedarena.methods.aggregators.base import pairwise_sq_distances
-from fedarena.methods.aggregators.krum import iterated_krum, krum_scores
+from fedarena.methods.aggregators.krum import iterated_krum, krum_scores, sq_distances
 
 # Honest squared distances: d13 = .02, d12 = .10, d15 = d34 = .13, d14 = d35 = .17, d23 = .20,
 # d24 = d25 = .29, d45 = .58; the outliers are > 60 away from everything.
@@ -38,7 +38,7 @@ def test_pairwise_sq_distances_match_direct_computation():
 
 
 def test_krum_scores_sum_the_k_nearest_others():
-    scores = krum_scores(pairwise_sq_distances(tensor(HONEST)), 3)
+    scores = krum_scores(sq_distances(tensor(HONEST)), 3)
     assert torch.allclose(scores, tensor([0.25, 0.59, 0.32, 0.59, 0.59]), atol=1e-12)
 
 
@@ -78,7 +78,7 @@ def test_multi_krum_rejects_m_out_of_range(m):
 
 
 def test_iterated_krum_keeps_the_core_and_drops_the_outlier():
-    chosen = iterated_krum(pairwise_sq_distances(tensor(CORE + SPREAD + FAR)), f=1, count=5)
+    chosen = iterated_krum(sq_distances(tensor(CORE + SPREAD + FAR)), f=1, count=5)
     assert chosen[:3].tolist() == [0, 2, 1]  # the core first (scores with 4, 3, 2 neighbours)
     assert 6 not in chosen.tolist() and len(set(chosen.tolist())) == 5
 

@@ -2,7 +2,9 @@
 docs/testing.md): the checks' defaults, edges (k = n - f - 2 >= 1, f < n, 1 <= m <= n, n >= 4f + 3) and wording;
 ties to the lowest index where the scores tie exactly; the [1] row Krum selects; multi-Krum's registry entry
 (it reads the round, its m = n - f for a null m) and its draw-order ties in reference mode; Bulyan's n - 2f rows
-chosen by iterated Krum, by hand on small integers, and its mean of the values closest to the median."""
+chosen by iterated Krum, by hand on small integers, and its mean of the values closest to the median; the ties
+that make numbers reproducible across CPUs (issue 69): exact, symmetric distances, scores quantised to 32 bits,
+ties of equal distance to Bulyan's median to the lower row."""
 
 import inspect
 
@@ -11,7 +13,7 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS, make_aggregator
-from fedarena.methods.aggregators.base import RoundDraw, pairwise_sq_distances
+from fedarena.methods.aggregators.base import RoundDraw
 from fedarena.methods.aggregators.krum import (
     bulyan,
     bulyan_selection,
@@ -21,8 +23,11 @@ from fedarena.methods.aggregators.krum import (
     closest_to_median_mean,
     iterated_krum,
     krum,
+    krum_scores,
     krum_selection,
     multi_krum_selection,
+    quantised,
+    sq_distances,
 )
 from fedarena.params import TrialFacts
 
@@ -187,5 +192,73 @@ def test_iterated_krum_scores_at_least_one_neighbour():
     # f = 1 of 3 left: r - f - 2 = 0, floored to 1 neighbour. On the line 0, 10, 11: scores 100, 1, 1: the closest
     # pair's lower index, row 1 (not row 0, as 0 neighbours, every score 0, would give); then 0 and 11 tie (121)
     line = rows([[0.0], [10.0], [11.0]])
-    assert iterated_krum(pairwise_sq_distances(line), 1, 3).tolist() == [1, 0, 2]
-    assert iterated_krum(pairwise_sq_distances(line), 1, 1).tolist() == [1]
+    assert iterated_krum(sq_distances(line), 1, 3).tolist() == [1, 0, 2]
+    assert iterated_krum(sq_distances(line), 1, 1).tolist() == [1]
+
+
+# --- ties reproducible across CPUs (issue 69) ---------------------------------------------------------------------
+
+
+def test_distances_are_exact_symmetric_float64_sums_of_squared_differences():
+    # Prepare: float32 updates with a large common part (where |a|^2 + |b|^2 - 2ab cancels), rows 3 and 7 equal
+    gen = torch.Generator().manual_seed(0)
+    x = 100.0 + torch.randn(9, 3000, generator=gen)
+    x[7] = x[3]
+    wide = x.double()
+    direct = ((wide[:, None, :] - wide[None, :, :]) ** 2).sum(dim=-1)
+    # Execute
+    dist = sq_distances(x)
+    # Assert: float64, the same numbers both ways round, zero between equal rows, as a float64 direct sum
+    assert dist.dtype == F64 and torch.equal(dist, dist.T)
+    assert dist[3, 7] == 0 and dist.diagonal().eq(0).all()
+    assert torch.allclose(dist, direct, rtol=1e-13, atol=0)
+
+
+def test_scores_keep_32_significant_bits():
+    one = rows([1.0])
+    assert quantised(one + 2.0**-34) == 1.0 and quantised(one + 2.0**-31) == 1.0 + 2.0**-31
+    assert quantised(rows([0.0, float("inf"), 3.0])).tolist() == [0.0, float("inf"), 3.0]
+
+
+def test_scores_within_the_quantum_tie_to_the_lowest_index():
+    # Prepare: the line 0, 1 + e, 10, 11 with f = 1 (k = 1): scores (1 + e)^2, (1 + e)^2, 1, 1
+    def line(e):
+        return rows([[0.0], [1.0 + e], [10.0], [11.0]])
+    # Assert: e = 2^-40 is below the 2^-32 quantum: all four tie, row 0 (unquantised: row 2); e = 2^-20 is not
+    assert krum_selection(line(2.0**-40), f=1).tolist() == [0]
+    assert multi_krum_selection(line(2.0**-40), f=1, m=4).tolist() == [0, 1, 2, 3]
+    assert krum_selection(line(2.0**-20), f=1).tolist() == [2]
+    assert multi_krum_selection(line(2.0**-20), f=1, m=4).tolist() == [2, 3, 0, 1]
+
+
+def test_equal_updates_score_exactly_equal():
+    # Prepare: float32 updates, rows 1, 4, 6 and 8 one update (the copies of an attack)
+    gen = torch.Generator().manual_seed(1)
+    x = 0.3 + 0.01 * torch.randn(10, 5000, generator=gen)
+    x[[1, 4, 6, 8]] = torch.linspace(0.25, 0.35, 5000)
+    # Execute
+    scores = krum_scores(sq_distances(x), 5)
+    # Assert: bitwise equal scores (the Gram-based distances set them a float32 rounding apart), ranked by index
+    assert scores[[1, 4, 6, 8]].unique().numel() == 1
+    order = multi_krum_selection(x, f=1, m=10).tolist()
+    assert [row for row in order if row in (1, 4, 6, 8)] == [1, 4, 6, 8]
+
+
+def test_values_equally_far_from_the_median_keep_the_earlier_column():
+    # Prepare: median 2, the farthest two (0 and 4) equally far; one of them dropped
+    block = rows([[0.0, 1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0, 0.0]])
+    # Assert: the later column dropped: mean(0, 1, 2, 3) and mean(4, 3, 2, 1)
+    assert closest_to_median_mean(block, 4).tolist() == [1.5, 2.5]
+
+
+def test_bulyans_median_ties_go_to_the_lower_row_not_the_earlier_chosen():
+    # Prepare: f = 1 on -3, 2, -8, 11, 8, -6, -4 (rows 0-6), by hand:
+    # 7 left, k = 4: -4 -> 57, -3 -> 60, -6 -> 81, ...: row 6; 6 left, k = 3: -3 -> 59, -6 -> 77, ...: row 0
+    # 5 left, k = 2: 8 -> 45, -6 -> 68, 11 -> 90, ...: row 4; 4 left, k = 1: -8 and -6 tie at 4: row 2
+    # 3 left, k = 1: 2 and -6 tie at 64: row 1
+    line = rows([[-3.0], [2.0], [-8.0], [11.0], [8.0], [-6.0], [-4.0]])
+    assert bulyan_selection(line, f=1).tolist() == [6, 0, 4, 2, 1]
+    # theta = 5 chosen: -4, -3, 8, -8, 2; median -3, |x + 3| = 1, 0, 11, 5, 5; beta = 3 kept: -3, -4 and of 2 (row 1)
+    # and -8 (row 2, chosen before row 1) the lower row: (-3 - 4 + 2) / 3
+    out = bulyan(line, weights=torch.ones(7), losses=None, f=1)
+    assert torch.allclose(out, rows([-5.0 / 3.0]), rtol=0, atol=1e-12)

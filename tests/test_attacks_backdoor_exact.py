@@ -442,6 +442,24 @@ def test_neurotoxin_zeroes_the_benign_means_largest_coordinates_at_least_one():
     assert masked_updates(updates, bad, torch.Generator(), top_fraction=0.99)[1].tolist() == [0.0, 0.0, 0.0, 1.0]
 
 
+def test_neurotoxins_ties_mask_the_lowest_coordinates():
+    # Prepare: 40 coordinates of equal benign magnitude; 0.1 of them (4) masked
+    updates, bad = torch.ones(3, 40), torch.tensor([False, False, True])
+    # Execute
+    out = masked_updates(updates, bad, torch.Generator(), top_fraction=0.1)
+    # Assert: coordinates 0-3 (top-k's pick among the tie is its kernel's: 25-28 on an AVX-512 CPU)
+    assert out[2].eq(0).nonzero().flatten().tolist() == [0, 1, 2, 3]
+
+
+def test_neurotoxin_ranks_the_benign_rows_exact_float64_sum():
+    # Prepare: benign sums 1 and 1 + 2^-30 in coordinates 0 and 1: equal as float32 means, not as float64 sums
+    updates = torch.tensor([[1.0, 1.0, 0.1], [0.0, 2.0**-30, 0.1], [9.0, 9.0, 9.0]])
+    bad = torch.tensor([False, False, True])
+    # Assert: one coordinate (0.34 of 3) masked: coordinate 1, the larger
+    out = masked_updates(updates, bad, torch.Generator(), top_fraction=0.34)
+    assert out[2].tolist() == [9.0, 0.0, 9.0]
+
+
 def test_neurotoxin_without_benign_rows_masks_by_its_own_mean():
     updates = torch.tensor([[0.0, 4.0, 1.0], [2.0, -8.0, 1.0]])
     out = masked_updates(updates, torch.tensor([True, True]), torch.Generator(), top_fraction=0.4)
@@ -460,7 +478,7 @@ def test_top_fraction_is_strictly_between_zero_and_one():
 
 
 @pytest.mark.parametrize("name,version,reads", [
-    ("badnets", 3, ()), ("dba", 3, ()), ("model_replacement", 3, ()), ("neurotoxin", 3, ("honest_updates",)),
+    ("badnets", 3, ()), ("dba", 3, ()), ("model_replacement", 3, ()), ("neurotoxin", 4, ("honest_updates",)),
     ("targeted_flip", 1, ()),
 ])
 def test_each_attack_is_registered_with_its_version_and_what_it_reads(name, version, reads):

@@ -33,7 +33,6 @@ from fedarena.attacks.tailored import (
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import RoundDraw, make_aggregator
-from fedarena.methods.aggregators.base import pairwise_sq_distances
 
 
 def build(name, dataset="tiny", **params):
@@ -53,9 +52,10 @@ def mask(n, rows):
 # ---- float64 NumPy transcriptions -------------------------------------------------------------------------
 
 def sq_distances(x):
-    """The module's squared distances: the Gram-based ones are not exactly symmetric (last bits), and that decides
-    the ties of one scored neighbour (the closest pair), so the transcriptions read the same numbers."""
-    return pairwise_sq_distances(torch.as_tensor(np.asarray(x, dtype=np.float64))).numpy()
+    """Squared distances as sums of squared differences (the module's are too, exactly symmetric: the ties of one
+    scored neighbour, the closest pair, are ties here as there)."""
+    x = np.asarray(x, dtype=np.float64)
+    return ((x[:, None, :] - x[None, :, :]) ** 2).sum(-1)
 
 
 def scores_of(sq, rows, k):
@@ -200,6 +200,15 @@ def test_bulyan_picks_n_minus_2f_by_iterated_krum():
     assert bulyan_chosen(x, 0).tolist() == [True] * 6
     assert bulyan_chosen(x[[0, 1, 3]], 1).tolist() == mask(3, [0])
     assert bulyan_chosen(x[[0, 1, 3]], 2).tolist() == mask(3, [0])
+
+
+def test_the_simulated_selections_tie_scores_within_the_quantum_to_the_first_row():
+    # Prepare: 0, 1 + 2^-40, 10, 11: nearest squared distances (1 + 2^-40)^2, twice, and 1, twice; equal in 32 bits
+    x = torch.tensor([[0.0], [1.0 + 2.0**-40], [10.0], [11.0]], dtype=torch.float64)
+    # Assert: every simulated pick starts from row 0 (unquantised: row 2)
+    assert krum_chosen(x, 1).tolist() == mask(4, [0])
+    assert multi_krum_chosen(x, 2).tolist() == mask(4, [0, 1])
+    assert notebook_multi_krum_chosen(x, 0, multi=False).tolist() == mask(4, [0])
 
 
 def test_the_notebooks_multi_krum_picks_while_more_than_2f_plus_2_remain():
@@ -730,7 +739,7 @@ def test_the_attacks_are_registered_with_their_versions_and_reads():
     assert ATTACKS.get("tailored_krum") is tailored_krum
     assert ATTACKS.get("tailored_bulyan") is tailored_bulyan
     assert ATTACKS.get("tailored_median") is tailored_median
-    assert [ATTACKS.version(n) for n in ("tailored_krum", "tailored_bulyan", "tailored_median")] == [3, 2, 2]
+    assert [ATTACKS.version(n) for n in ("tailored_krum", "tailored_bulyan", "tailored_median")] == [4, 3, 2]
     for name in ("tailored_krum", "tailored_bulyan", "tailored_median"):
         # the search evaluates the server's rule on the honest rows, whatever the attacker's knowledge
         assert attack_reads({"name": name, "level": 0.2, "knowledge": "malicious"}) == ("honest_updates",)

@@ -59,7 +59,7 @@ def test_the_data_folder_is_no_part_of_the_identity():
 def test_seeds_share_a_cell_and_a_version_bump_changes_hash_and_cell_but_not_key(monkeypatch):
     a, b = identity(seed=0, aggregator={"name": "krum"}), identity(seed=1, aggregator={"name": "krum"})
     assert a.cell_hash == b.cell_hash and a.config_hash != b.config_hash
-    monkeypatch.setitem(AGGREGATORS._versions, "krum", 2)
+    monkeypatch.setitem(AGGREGATORS._versions, "krum", AGGREGATORS.version("krum") + 1)
     bumped = identity(seed=0, aggregator={"name": "krum"})
     assert bumped.config_key == a.config_key
     assert bumped.config_hash != a.config_hash and bumped.cell_hash != a.cell_hash

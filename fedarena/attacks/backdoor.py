@@ -212,17 +212,26 @@ def model_replacement(dataset: FederatedDataset, malicious: np.ndarray, rng: np.
                            poison_fraction, stop_round, tamper)
 
 
+def largest_first(values: torch.Tensor, count: int) -> torch.Tensor:
+    """Indices of the ``count`` largest values, of equal values the lowest index first (a stable sort: top-k's
+    pick among ties is its kernel's)."""
+    return torch.sort(values, descending=True, stable=True).indices[:count]
+
+
 def masked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *,
                    top_fraction: float) -> torch.Tensor:
-    """Malicious rows with the coordinates of the benign mean's ``top_fraction`` largest magnitudes zeroed."""
-    benign = reference_rows(updates, bad, "benign").mean(0)
+    """Malicious rows with the coordinates of the benign mean's ``top_fraction`` largest magnitudes zeroed (ties:
+    the lower coordinate masked). Ranked by the benign rows' float64 sum, the mean's order: a float64 sum of a
+    few float32 values is exact (unless their exponents span more than ~2^25), so no kernel's order of summing
+    them, and no CPU, changes the ranking."""
+    benign = reference_rows(updates, bad, "benign").sum(0, dtype=torch.float64)
     count = max(1, int(top_fraction * updates.shape[1]))
     keep = torch.ones(updates.shape[1], dtype=updates.dtype, device=updates.device)
-    keep[benign.abs().topk(count).indices] = 0
+    keep[largest_first(benign.abs(), count)] = 0
     return with_rows(updates, bad, updates[bad] * keep)
 
 
-@attack("neurotoxin", version=3, device_reads=("honest_updates",))  # the benign mean
+@attack("neurotoxin", version=4, device_reads=("honest_updates",))  # the benign mean
 def neurotoxin(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *, target: int = 0,
                size: int = 3, position: str | list = "bottom_right", value: float | None = None,
                poison_fraction: float = 0.5, top_fraction: float = 0.1, stop_round: int | None = None) -> Effect:

@@ -46,8 +46,14 @@ from fedarena.attacks.optimized import (
     reference_rows,
 )
 from fedarena.datasets.base import FederatedDataset
-from fedarena.methods.aggregators.base import coordinate_median, pairwise_sq_distances
-from fedarena.methods.aggregators.krum import iterated_krum, krum_scores
+from fedarena.methods.aggregators.base import coordinate_median
+from fedarena.methods.aggregators.krum import (
+    iterated_krum,
+    krum_scores,
+    lowest_first,
+    quantised,
+    sq_distances,
+)
 
 MODES = ("paper", "reference")
 TARGETS = ("krum", "multi_krum")
@@ -68,35 +74,35 @@ def as_mask(n: int, rows: torch.Tensor) -> torch.Tensor:
 
 
 def krum_chosen(updates: torch.Tensor, f: int) -> torch.Tensor:
-    """Krum's pick (k = n - f - 2 neighbours, at least 1; ties: lowest index)."""
-    scores = krum_scores(pairwise_sq_distances(updates), max(updates.shape[0] - f - 2, 1))
-    return as_mask(updates.shape[0], torch.argmin(scores)[None])
+    """Krum's pick (k = n - f - 2 neighbours, at least 1; ties of quantised scores: lowest index)."""
+    scores = krum_scores(sq_distances(updates), max(updates.shape[0] - f - 2, 1))
+    return as_mask(updates.shape[0], lowest_first(scores)[:1])
 
 
 def multi_krum_chosen(updates: torch.Tensor, f: int) -> torch.Tensor:
     """Multi-Krum's set: the n - f lowest Krum scores."""
     n = updates.shape[0]
-    scores = krum_scores(pairwise_sq_distances(updates), max(n - f - 2, 1))
-    return as_mask(n, torch.argsort(scores, stable=True)[: max(n - f, 1)])
+    scores = krum_scores(sq_distances(updates), max(n - f - 2, 1))
+    return as_mask(n, lowest_first(scores)[: max(n - f, 1)])
 
 
 def bulyan_chosen(updates: torch.Tensor, f: int) -> torch.Tensor:
     """Bulyan's selection: n - 2f updates by iterated Krum (``iterated_krum``)."""
     n = updates.shape[0]
-    return as_mask(n, iterated_krum(pairwise_sq_distances(updates), f, max(n - 2 * f, 1)))
+    return as_mask(n, iterated_krum(sq_distances(updates), f, max(n - 2 * f, 1)))
 
 
 def notebook_multi_krum_chosen(updates: torch.Tensor, f: int, multi: bool = True) -> torch.Tensor:
     """The notebooks' ``multi_krum``: while more than 2f + 2 updates remain, score each remaining one by the
     sum of its r - 2 - f smallest squared distances to the remaining ones (its own 0 included), pick the
-    lowest (ties: first) and remove it; ``multi`` false stops after the first pick. Where n <= 2f + 2 it
-    picks nothing."""
+    lowest (ties of ``quantised`` scores, as Krum's: first) and remove it; ``multi`` false stops after the first
+    pick. Where n <= 2f + 2 it picks nothing."""
     n = updates.shape[0]
-    sq = pairwise_sq_distances(updates)
+    sq = sq_distances(updates)
     remaining, picked = list(range(n)), []
     while len(remaining) > 2 * f + 2:
         block = sq[remaining][:, remaining].sort(dim=1).values
-        best = int(torch.argmin(block[:, : len(remaining) - 2 - f].sum(1)))
+        best = int(lowest_first(quantised(block[:, : len(remaining) - 2 - f].sum(1)))[0])
         picked.append(remaining.pop(best))
         if not multi:
             break
@@ -255,7 +261,7 @@ def selection_effect(dataset: FederatedDataset, targets: tuple[str, ...], simula
     return knowledge_effect(dataset, tamper, opts["knowledge"], needs_rule=True)
 
 
-@attack("tailored_krum", version=3, device_reads=RULE_SEARCH_READS)
+@attack("tailored_krum", version=4, device_reads=RULE_SEARCH_READS)
 def tailored_krum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                   target: str | None = None, mode: str = "paper", direction: str | None = None,
                   knowledge: str = "benign", gamma_init: float | None = None, tol: float = 1e-5) -> Effect:
@@ -273,7 +279,7 @@ def tailored_krum(dataset: FederatedDataset, malicious: np.ndarray, rng: np.rand
     return selection_effect(dataset, targets, simulate, opts)
 
 
-@attack("tailored_bulyan", version=2, device_reads=RULE_SEARCH_READS)
+@attack("tailored_bulyan", version=3, device_reads=RULE_SEARCH_READS)
 def tailored_bulyan(dataset: FederatedDataset, malicious: np.ndarray, rng: np.random.Generator, *,
                     mode: str = "paper", direction: str | None = None, knowledge: str = "benign",
                     gamma_init: float | None = None, tol: float = 1e-5) -> Effect:

@@ -7,6 +7,7 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators.base import (
+    CHUNK_ELEMENTS,
     RoundDraw,
     aggregator,
     ball_sensitivity,
@@ -14,19 +15,64 @@ from fedarena.methods.aggregators.base import (
     check_updates,
     columnwise,
     median_along,
-    pairwise_sq_distances,
     subset_mean,
 )
 
+# Krum scores keep this many significant bits before they are ranked (``quantised``). Their float64 sums of exact
+# squares (``sq_distances``) differ between kernels and CPUs by at most ~(w + d / w) * 2^-53 relative (w the column
+# block: ~3e-12 at d = 3.3M), 75x below the quantum of 2^-32 (2.3e-10); and the updates are float32, whose own
+# resolution is 2^-24, so scores within 2^-32 of each other are not told apart by any update's data. Ties of
+# equal quantised scores go to the lowest row index. What the quantum makes reproducible is scores equal in exact
+# arithmetic (copies of one update, the two rows of the closest pair); updates that themselves differ between
+# CPUs (their training rounds apart) can still rank apart, as no quantum can prevent.
+SCORE_BITS = 32
+# columns per block of ``sq_distances`` on the CPU: an [n, w] float64 block of ~2 MiB stays in cache (2-4x faster
+# than blocks of CHUNK_ELEMENTS); a multiple of 64 so every row of a block starts equally aligned
+CPU_BLOCK_BYTES = 1 << 21
+
+
+def distance_blocks(n: int, d: int, device: torch.device) -> list[slice]:
+    """Column ranges for ``sq_distances``: fixed by n, d and the device kind, never by the CPU."""
+    elements = CPU_BLOCK_BYTES // 8 if device.type == "cpu" else CHUNK_ELEMENTS  # few kernel launches on a GPU
+    width = max(64, elements // max(n, 1) // 64 * 64)
+    return [slice(start, min(start + width, d)) for start in range(0, d, width)]
+
+
+def sq_distances(x: torch.Tensor) -> torch.Tensor:
+    """[n, n] float64 squared L2 distances as sums of squared differences, symmetric by construction (each pair
+    is summed once, for i < j, and mirrored) with an exact zero diagonal. Not |a|^2 + |b|^2 - 2ab: that formula
+    cancels (equal rows come out a rounding error apart, not 0) and its BLAS kernels round differently on each
+    CPU. Float32 differences and their squares are exact in float64; only the sums round."""
+    n = x.shape[0]
+    upper = x.new_zeros(n, n, dtype=torch.float64)
+    for cols in distance_blocks(n, x.shape[1], x.device):
+        block = x[:, cols].double()
+        for i in range(n - 1):
+            diff = block[i + 1:] - block[i]
+            upper[i, i + 1:] += diff.square_().sum(dim=1)
+    return upper + upper.T
+
+
+def quantised(scores: torch.Tensor) -> torch.Tensor:
+    """Scores rounded to ``SCORE_BITS`` significant bits (0 and inf stay as they are), so that last-bit
+    differences between CPUs do not reorder them."""
+    mantissa, exponent = torch.frexp(scores)
+    return torch.ldexp(torch.round(mantissa * 2.0**SCORE_BITS), exponent - SCORE_BITS)  # powers of 2: exact
+
+
+def lowest_first(scores: torch.Tensor) -> torch.Tensor:
+    """Row indices by ascending score, ties to the lowest index (a stable sort)."""
+    return torch.argsort(scores, stable=True)
+
 
 def krum_scores(sq_dist: torch.Tensor, neighbours: int, active: torch.Tensor | None = None) -> torch.Tensor:
-    """score_i = sum of the ``neighbours`` smallest squared distances from i to the other active updates;
-    inactive rows get +inf. ``sq_dist`` is [n, n] with a zero diagonal."""
+    """score_i = sum of the ``neighbours`` smallest squared distances from i to the other active updates,
+    ``quantised``; inactive rows get +inf. ``sq_dist`` is [n, n] with a zero diagonal (``sq_distances``)."""
     n = sq_dist.shape[0]
     active = torch.ones(n, dtype=torch.bool, device=sq_dist.device) if active is None else active
     excluded = ~active[None, :] | torch.eye(n, dtype=torch.bool, device=sq_dist.device)
     others = sq_dist.masked_fill(excluded, float("inf"))
-    scores = others.topk(neighbours, dim=1, largest=False).values.sum(dim=1)
+    scores = quantised(others.topk(neighbours, dim=1, largest=False).values.sum(dim=1))
     return scores.masked_fill(~active, float("inf"))
 
 
@@ -48,12 +94,12 @@ def scored_neighbours(n: int, f: int) -> int:
 
 
 def krum_order(updates: torch.Tensor, f: int, reference_mode: bool, draw: RoundDraw | None) -> torch.Tensor:
-    """Row indices by ascending Krum score with k = ``scored_neighbours`` neighbours. Ties: the lowest index;
-    in ``reference_mode``, the order the round drew its clients in (Ditto's reference code scores the
-    updates in its draw order and ranks them with np.argsort, stable at these sizes)."""
-    scores = krum_scores(pairwise_sq_distances(updates), scored_neighbours(updates.shape[0], f))
+    """Row indices by ascending Krum score with k = ``scored_neighbours`` neighbours. Ties (of quantised
+    scores): the lowest index; in ``reference_mode``, the order the round drew its clients in (Ditto's reference
+    code scores the updates in its draw order and ranks them with np.argsort, stable at these sizes)."""
+    scores = krum_scores(sq_distances(updates), scored_neighbours(updates.shape[0], f))
     if not reference_mode:
-        return torch.argsort(scores, stable=True)
+        return lowest_first(scores)
     return (draw or RoundDraw.rows_in_order(updates.shape[0])).draw_sorted(scores)
 
 
@@ -64,7 +110,8 @@ def krum_selection(updates: torch.Tensor, *, f: int, reference_mode: bool = Fals
     return krum_order(updates, f, reference_mode, round)[:1]
 
 
-@aggregator("krum", check=check_krum, reads=("round",), selects=krum_selection, sensitivity=ball_sensitivity)
+@aggregator("krum", check=check_krum, reads=("round",), version=2, selects=krum_selection,
+            sensitivity=ball_sensitivity)
 def krum(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int,
     reference_mode: bool = False, round: RoundDraw | None = None,
@@ -99,7 +146,7 @@ def multi_krum_selection(updates: torch.Tensor, *, f: int, m: int | None = None,
     return krum_order(updates, f, reference_mode, round)[: multi_krum_size(n, f, m)]
 
 
-@aggregator("multi_krum", check=check_multi_krum, reads=("round",), selects=multi_krum_selection,
+@aggregator("multi_krum", check=check_multi_krum, reads=("round",), version=2, selects=multi_krum_selection,
             sensitivity=ball_sensitivity,
             effective={"m": lambda facts: None if facts.f is None else facts.n - facts.f})
 def multi_krum(
@@ -132,7 +179,7 @@ def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
         if left == 1:
             best = torch.nonzero(remaining)[0, 0]
         else:
-            best = torch.argmin(krum_scores(sq_dist, max(left - f - 2, 1), remaining))
+            best = lowest_first(krum_scores(sq_dist, max(left - f - 2, 1), remaining))[0]
         chosen.append(best)
         remaining[best] = False
     return torch.stack(chosen)
@@ -140,11 +187,14 @@ def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
 
 def closest_to_median_mean(block: torch.Tensor, keep: int) -> torch.Tensor:
     """Per row of a [c, theta] block, the mean of the ``keep`` values closest to the row's median (the float64
-    sum minus the farthest ones: top-k over the few dropped is cheaper than over the many kept)."""
+    sum minus the farthest ones). Of values equally far from the median (v and 2 * median - v, or copies), the
+    earlier column is kept: a stable sort, where top-k's pick among ties is its kernel's. The distances need no
+    quantum: they are elementwise, correctly rounded on every CPU."""
     drop = block.shape[1] - keep
     if drop == 0:
         return block.mean(dim=1)
-    farthest = (block - median_along(block, 1)[:, None]).abs().topk(drop, dim=1).indices
+    distance = (block - median_along(block, 1)[:, None]).abs()
+    farthest = distance.argsort(dim=1, stable=True)[:, keep:]
     dropped = block.gather(1, farthest).sum(dim=1, dtype=torch.float64)
     return ((block.sum(dim=1, dtype=torch.float64) - dropped) / keep).to(block.dtype)
 
@@ -153,16 +203,17 @@ def bulyan_selection(updates: torch.Tensor, *, f: int) -> torch.Tensor:
     """The theta = n - 2f rows Bulyan chooses by iterated Krum (``iterated_krum``), in the order chosen."""
     n = check_updates(updates, f)
     check_bulyan(n, f)
-    return iterated_krum(pairwise_sq_distances(updates), f, n - 2 * f)
+    return iterated_krum(sq_distances(updates), f, n - 2 * f)
 
 
-@aggregator("bulyan", check=check_bulyan, selects=bulyan_selection)
+@aggregator("bulyan", check=check_bulyan, version=2, selects=bulyan_selection)
 def bulyan(
     updates: torch.Tensor, *, weights: torch.Tensor, losses: torch.Tensor | None, f: int
 ) -> torch.Tensor:
     """Bulyan over Krum (El Mhamdi et al. 2018): choose theta = n - 2f updates by iterated Krum (see
     ``iterated_krum``), then in every coordinate average the beta = theta - 2f values closest to the
-    coordinate-wise median of the chosen ones (np.median convention for even theta). Needs n >= 4f + 3."""
-    selected = bulyan_selection(updates, f=f)
+    coordinate-wise median of the chosen ones (np.median convention for even theta; of values equally far from
+    it, the lower row index is kept). Needs n >= 4f + 3."""
+    selected = bulyan_selection(updates, f=f).sort().values  # columns in row order: ties go to the lower row
     theta = updates.shape[0] - 2 * f
     return columnwise(lambda block: closest_to_median_mean(block[:, selected], theta - 2 * f), updates)
