@@ -245,3 +245,17 @@ def test_a_setting_whose_rounds_aggregated_about_one_report_says_why_its_rows_ag
     # Assert: that setting only
     assert "straggle0.5_drop, clean: the rules aggregated 1.2 to 1.2 reports a round on average" in notes
     assert notes.count("reports a round on average") == 1
+
+
+def test_a_worst_case_that_met_about_one_honest_report_a_round_says_the_attack_was_void():
+    # Prepare: straggle0.5_drop's attacked runs aggregated 3 reports a round, two thirds of them the attackers'
+    # (one honest report: ALIE and Min-Max measure no spread); fail0.3's 4 reports at a 32% share (2.7 honest)
+    runs = [{**r, "reports_mean": (1.5 if r["attack_label"] == "clean" else 3.0) if r.get("deployment_label") ==
+             "straggle0.5_drop" else 4.0} for r in RUNS]
+    runs = [{**r, "attacker_share": 2 / 3} if r.get("deployment_label") == "straggle0.5_drop" and r["attack_label"]
+            != "clean" else r for r in runs]
+    # Execute
+    notes = "\n".join(tables(runs)[0]["deployment"].footnotes)
+    # Assert: that worst case only (clean cells have no attack to void)
+    assert "straggle0.5_drop, worst@20%: the attackers met 1.0 to 1.0 honest reports a round" in notes
+    assert notes.count("honest reports a round") == 1

@@ -228,7 +228,7 @@ def deployment_table(cells: pd.DataFrame, excluded: pd.DataFrame | None = None,
         private = f" {privacy}" if privacy != "none" else ""
         block.title = f"{dataset}{private} {setting_label(attack, level)}"
     notes = (table_notes(frame, facts) + same_rows_notes([block for _, block in blocks]) + few_reports_notes(frame)
-             + worst_notes)
+             + few_honest_notes(frame) + worst_notes)
     tidy = without_costs(frame.drop(columns=["text", "score"])).assign(
         undertrained=[undertrained(row) for row in frame.itertuples(index=False)]).sort_values(
         list(blocks_by), key=lambda c: c.map(lambda v: sort_key(c.name, v)), kind="stable")
@@ -295,6 +295,27 @@ def few_reports_notes(frame: pd.DataFrame) -> list[str]:
         notes.append(f"{deployment}, {setting_label(attack, level)}: the rules aggregated {part['reports'].min():.1f}"
                      f" to {part['reports'].max():.1f} reports a round on average; with one report every rule "
                      f"returns it, so rows agree there without one rule becoming another.")
+    return notes
+
+
+FEW_HONEST = 2  # fewer honest reports a round than this on average: their spread is (nearly) nothing to craft from
+
+
+def few_honest_notes(frame: pd.DataFrame) -> list[str]:
+    """A note for every deployment and worst case whose attacked cells met fewer than ``FEW_HONEST`` honest reports a
+    round on average (``reports_mean`` x (1 - ``attacker_share``)): an attack that crafts its update from the honest
+    updates' spread has no spread to measure with one honest update, and its update is the honest one."""
+    if not {"reports_mean", "attacker_share"} <= set(frame):
+        return []
+    honest = (pd.to_numeric(frame["reports_mean"], errors="coerce")
+              * (1 - pd.to_numeric(frame["attacker_share"], errors="coerce")))
+    few = frame[(honest < FEW_HONEST) & (frame["attack_label"] != "clean")].assign(honest=honest)
+    notes = []
+    for (deployment, attack, level), part in few.groupby(["deployment_label", "attack_label", "level"], sort=False):
+        notes.append(f"{deployment}, {setting_label(attack, level)}: the attackers met {part['honest'].min():.1f} to "
+                     f"{part['honest'].max():.1f} honest reports a round on average; an attack that crafts its update "
+                     f"from the honest updates' spread (ALIE, Min-Max) measures no spread in one and sends the honest "
+                     f"update itself: a high accuracy there is the attack void, not beaten (and rows agree).")
     return notes
 
 
