@@ -9,12 +9,12 @@ import threading
 
 import pytest
 import torch
+from hostile_plugins import plugin
 
 import fedarena
 from fedarena.errors import ConfigError
 from fedarena.isolation import bwrap, load_isolated, unload_isolated
 from fedarena.methods.aggregators.base import AGGREGATORS
-from hostile_plugins import plugin
 
 pytestmark = pytest.mark.integration  # real processes: bubblewrap
 

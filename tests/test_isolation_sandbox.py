@@ -10,11 +10,11 @@ import sys
 
 import pytest
 import torch
+from hostile_plugins import plugin
 
 from fedarena.isolation import bwrap
 from fedarena.isolation.process import IsolatedRuleError, RuleLimits, RuleProcess
 from fedarena.isolation.wire import WireError, decode, encode
-from hostile_plugins import plugin
 
 pytestmark = pytest.mark.integration  # real processes: bubblewrap
 

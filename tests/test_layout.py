@@ -11,8 +11,9 @@ LAYERS = [  # lowest first; a module may import its own package and anything in 
     {"registry", "params", "errors", "plugins", "search_space", "streams", "round_inputs", "round_stages"},  # plugins: imports a user's module under its origin
     {"config", "datasets", "models"},
     {"methods", "attacks"},
-    {"privacy", "system", "isolation"},  # isolation: a submitted rule's sandboxed process and its stand-in; system: the deployment (failures, stragglers, asynchrony); privacy: differential privacy: wraps a server rule (methods), read by the sections and the engine
+    {"privacy", "system"},  # system: the deployment (failures, stragglers, asynchrony); privacy: differential privacy: wraps a server rule (methods), read by the sections and the engine
     {"sections"},
+    {"isolation"},  # a submitted rule's sandboxed process and its stand-in (its sandbox imports every component first)
     {"simulation", "contracts"},  # contracts: what a plugin's components are checked against
     {"tracking"},  # logs the engine's registered metrics
     {"suites"},  # the suite language (parse, select, validate, grid, tuned values, labels, order) and the shipped files

@@ -18,6 +18,9 @@ import sys
 import traceback
 from types import SimpleNamespace
 
+import torch
+
+import fedarena.sections  # noqa: F401  every built-in component registered as built-in before the plugin runs
 from fedarena.errors import ConfigError
 from fedarena.isolation.wire import Shared, decode, encode, read_frame, write_frame
 from fedarena.methods.aggregators.base import AGGREGATORS, RoundDraw
@@ -35,10 +38,6 @@ def main(argv: list[str]) -> int:
     requests = os.fdopen(0, "rb", buffering=0)
     shared = Shared(int(argv[1]), int(argv[2]))
     try:
-        import torch
-
-        import fedarena.sections  # noqa: F401  every built-in component registered as built-in before the plugin runs
-
         torch.set_num_threads(1)
         source = load_path(argv[0], "the submission")
         names = AGGREGATORS.from_origin(source.origin)
