@@ -18,7 +18,7 @@ import fedarena.privacy.dp_trial as dp_trial
 from fedarena.config import ExperimentConfig
 from fedarena.errors import ConfigError
 from fedarena.privacy import accounting
-from fedarena.privacy.audit import ITERATE_MAX, CanaryAudit
+from fedarena.privacy.audit import ITERATE_MAX, VERSION, CanaryAudit
 from fedarena.privacy.empirical import (
     bootstrap_interval,
     cosine_log_sf,
@@ -29,6 +29,7 @@ from fedarena.privacy.empirical import (
 from fedarena.privacy.noise import clip_rows, unclipped_count
 from fedarena.simulation.engine import SimState, initial_state, run_round, simulate
 from fedarena.simulation.experiment import run_experiment
+from fedarena.simulation.identity import AUDIT, registered_version, trial_identity
 from fedarena.simulation.setup import build_trial
 
 DEVICES, CANARIES = 10, 1000
@@ -99,8 +100,15 @@ def test_the_add_remove_epsilon_is_the_composed_gaussians(accountant):
 @pytest.mark.parametrize("z", [1.0, 2.0])
 def test_a_correct_mechanisms_estimate_lies_between_half_its_add_remove_epsilon_and_it(z):
     final = final_row(audited(z, resamples=20))
-    claim = final["epsilon_add_remove"]
-    assert claim == pytest.approx(accounting.add_remove_epsilon("rdp", z, 4, 1e-5))
+    claim = final["epsilon_add_remove"]  # the exact claim (PLD), RDP's looser bound beside it
+    assert claim == pytest.approx(accounting.add_remove_epsilon("pld", z, 4, 1e-5))
+    assert final["epsilon_add_remove_rdp"] == pytest.approx(accounting.add_remove_epsilon("rdp", z, 4, 1e-5))
+    assert claim < final["epsilon_add_remove_rdp"]
+    # the equal-variance estimate: below the claim by the canaries' own share of the model's change (T K / (z^2 d):
+    # 21% of the noise's variance at z = 1), its lower end below the claim (no flag)
+    equal = final["epsilon_equal_variance_final"]
+    assert final["epsilon_equal_variance_final_low"] < equal < final["epsilon_equal_variance_final_high"]
+    assert claim / 2 <= equal <= claim and final["epsilon_equal_variance_final_low"] < claim
     assert claim / 2 <= final["epsilon_empirical_iterates"] <= claim
     assert final["epsilon_empirical_iterates_low"] <= final["epsilon_empirical_iterates"]
     assert final["epsilon_empirical_iterates"] <= final["epsilon_empirical_iterates_high"]
@@ -121,17 +129,19 @@ def no_clipping(monkeypatch):
 
 
 @pytest.mark.parametrize("fault", [half_the_noise, no_clipping])
-def test_a_mechanism_that_spends_more_than_it_claims_is_caught(monkeypatch, fault):
-    # a test-only fault: the server's noise halved, or its clipping skipped with the canaries sent at 4 clips
+def test_a_mechanism_that_spends_more_than_it_claims_is_flagged(monkeypatch, fault):
+    # a test-only fault: the server's noise halved, or its clipping skipped with the canaries sent at 4 clips; the
+    # flag (a lower bound above the exact claim) rises, not merely a point estimate
     fault(monkeypatch)
     rows = [final_row(audited(2.0, seed=seed)) for seed in range(10)]
-    caught = [row["epsilon_empirical_iterates"] > row["epsilon_add_remove"] for row in rows]
-    assert sum(caught) >= 9, [(row["epsilon_empirical_iterates"], row["epsilon_add_remove"]) for row in rows]
+    assert sum(row["audit_exceeded"] == 1.0 for row in rows) >= 9, [
+        (row["epsilon_equal_variance_final_low"], row["epsilon_add_remove"]) for row in rows]
 
 
 def test_a_lower_bound_above_the_claim_is_flagged_in_the_run(monkeypatch, caplog):
-    # the lower bound is conservative (Clopper-Pearson, Bonferroni over 1,000 thresholds): half the noise leaves it
-    # near the claim; updates sent unclipped at 8 clips put it far above
+    # the thresholded bound is conservative (Clopper-Pearson, Bonferroni over 1,000 thresholds): half the noise
+    # leaves it near the claim (the equal-variance lower end catches that); updates sent unclipped at 8 clips put it
+    # far above
     no_clipping(monkeypatch)
     final = final_row(audited(2.0))
     assert final["epsilon_lower_bound_final"] > final["epsilon_add_remove"] and final["audit_exceeded"] == 1.0
@@ -139,11 +149,12 @@ def test_a_lower_bound_above_the_claim_is_flagged_in_the_run(monkeypatch, caplog
 
 
 def test_a_correct_mechanisms_lower_bounds_stay_below_its_claim_across_seeds():
-    # the flag's false alarms: none in 5 seeds at z = 1 (each lower bound holds at 95%), where the point estimate
-    # of the final model lies above the claim in about half of them
+    # the flag's false alarms: none in 5 seeds at z = 1 (the thresholded bounds hold at 95%, the equal-variance
+    # lower end at 97.5% one-sided), where the fitted estimate of the final model lies above the claim in most
     rows = [final_row(audited(1.0, seed=seed)) for seed in range(5)]
     assert all(row["audit_exceeded"] == 0.0 for row in rows)
     assert all(0 < row["epsilon_lower_bound_final"] < row["epsilon_add_remove"] for row in rows)
+    assert all(0 < row["epsilon_equal_variance_final_low"] < row["epsilon_add_remove"] for row in rows)
 
 
 def test_the_exact_null_is_a_random_directions_cosine():
@@ -258,3 +269,12 @@ def test_the_lower_bound_is_bonferroni_corrected_over_its_thresholds():
     expected = max(max(math.log(1 - delta - f) - stats.norm.logsf(t),
                        math.log(1 - delta - math.exp(stats.norm.logsf(t))) - math.log(f)) for f, t in zip(fnr, seen, strict=True))
     assert epsilon_lower_bound(seen, delta, alpha, null_log_sf=stats.norm.logsf) == pytest.approx(expected, rel=1e-9)
+
+
+def test_an_audited_trials_identity_carries_the_audits_version():
+    # what an audit reports changed at v2 (the equal-variance estimate, the exact claim): older audited runs are stale
+    audited_versions = trial_identity(audited(1.0)).versions
+    plain = ExperimentConfig.from_dict({**AUDITED, "clients_per_round": 5, "privacy": {
+        "name": "central", "noise_multiplier": 1.0, "clip": 0.5}})
+    assert audited_versions[AUDIT] == VERSION == registered_version(AUDIT)
+    assert AUDIT not in trial_identity(plain).versions

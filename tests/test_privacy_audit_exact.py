@@ -66,7 +66,9 @@ def test_the_limit_scale_and_names():
     assert audit.MAX_BYTES == 2 * 2**30
     assert audit.CANARY_SCALE == 2.0
     assert ITERATE_MAX == "iterate_max"
-    assert LOWER_BOUNDS == ("epsilon_lower_bound_final", "epsilon_lower_bound_iterates")
+    assert LOWER_BOUNDS == ("epsilon_lower_bound_final", "epsilon_lower_bound_iterates",
+                            "epsilon_equal_variance_final_low")
+    assert audit.VERSION == 2
 
 
 # --- AuditSpec ------------------------------------------------------------------------------------------------------
@@ -258,14 +260,15 @@ def test_a_zero_or_non_finite_change_is_no_observation(change):
 # --- estimates ------------------------------------------------------------------------------------------------------
 
 KEYS_OUT = {"audit_canaries"} | {f"epsilon_empirical_{w}{end}" for w in ("final", "iterates")
-                                 for end in ("", "_low", "_high")} | set(LOWER_BOUNDS)
+                                 for end in ("", "_low", "_high")} | set(LOWER_BOUNDS) | {
+    f"epsilon_equal_variance_final{end}" for end in ("", "_low", "_high")} | {"audit_confidence"}
 
 
 def test_nothing_observed_is_nan_everywhere_but_the_count():
     w = torch.tensor([1.0, 2, 3, 4], dtype=F64)
     out = small_audit().estimates({}, w, w.clone(), 3)
-    assert set(out) == KEYS_OUT and out["audit_canaries"] == 3.0
-    assert all(math.isnan(v) for k, v in out.items() if k != "audit_canaries")
+    assert set(out) == KEYS_OUT and out["audit_canaries"] == 3.0 and out["audit_confidence"] == 0.95
+    assert all(math.isnan(v) for k, v in out.items() if k not in ("audit_canaries", "audit_confidence"))
 
 
 def test_equal_variances_give_the_gaussian_mechanism_epsilon():
@@ -291,6 +294,22 @@ def test_the_bootstrap_interval_is_drawn_and_reproducible():
     low, high = first["epsilon_empirical_iterates_low"], first["epsilon_empirical_iterates_high"]
     assert not math.isnan(low) and not math.isnan(high) and low <= high
     assert (again["epsilon_empirical_iterates_low"], again["epsilon_empirical_iterates_high"]) == (low, high)
+
+
+def test_the_final_models_equal_variance_estimate_and_its_t_interval():
+    # the final change (2, 3, 4, 5, 1, 2, 3, 4) against the unit axes: cosines proportional to it, so seen 2..5 and
+    # unseen 1..4 (sd sqrt(5/3) each) give mu = 1 / sqrt(5/3); its standard error sqrt(1/4 + 1/4 + mu^2 / 6), and
+    # the 95% interval mu -+ t(0.975, 3) x that crosses 0 (its epsilon's lower end 0)
+    directions, w0 = torch.eye(8, dtype=F64), torch.zeros(8, dtype=F64)
+    w = torch.tensor([2.0, 3, 4, 5, 1, 2, 3, 4], dtype=F64)
+    out = small_audit(AuditSpec(4, 4, 0), directions=directions).estimates({}, w, w0, 1)
+    mu = 1 / math.sqrt(5 / 3)
+    half = 3.182446305284263 * math.sqrt(0.5 + mu**2 / 6)
+    assert out["epsilon_equal_variance_final"] == pytest.approx(gaussian_mechanism_epsilon(mu, DELTA), rel=1e-6)
+    assert out["epsilon_equal_variance_final_low"] == 0.0
+    assert out["epsilon_equal_variance_final_high"] == pytest.approx(gaussian_mechanism_epsilon(mu + half, DELTA),
+                                                                     rel=1e-6)
+    assert math.isnan(out["epsilon_empirical_iterates"])  # no round observed
 
 
 def lower_bound_audit():
@@ -329,9 +348,20 @@ def test_the_final_lower_bound_uses_the_exact_null_of_a_cosine():
 
 # --- exceeded -------------------------------------------------------------------------------------------------------
 
-def bounds(final=math.nan, iterates=math.nan):
+def bounds(final=math.nan, iterates=math.nan, equal=math.nan):
     return {"epsilon_lower_bound_final": final, "epsilon_lower_bound_iterates": iterates,
-            "epsilon_empirical_final": 99.0}
+            "epsilon_equal_variance_final_low": equal, "epsilon_empirical_final": 99.0,
+            "epsilon_equal_variance_final": 99.0}
+
+
+def test_the_equal_variance_lower_end_is_evidence_and_its_estimate_is_not():
+    assert exceeded(bounds(0.5, 0.5, 2.0), {"epsilon_add_remove": 1.5}) == 1.0
+    assert exceeded(bounds(0.5, 0.5, 1.0), {"epsilon_add_remove": 1.5}) == 0.0  # the estimates (99) do not count
+    assert exceeded(bounds(equal=1.0), {"epsilon_add_remove": 1.5}) == 0.0
+
+
+def test_an_infinite_lower_bound_is_a_leak_not_a_gap():
+    assert exceeded(bounds(equal=math.inf), {"epsilon_add_remove": 1.5}) == 1.0
 
 
 def test_the_add_remove_epsilon_is_the_claim_where_there_is_one():
@@ -358,7 +388,6 @@ def test_a_bound_equal_to_the_claim_is_not_above_it(caplog):
 
 def test_nothing_measured_or_no_finite_claim_is_nan():
     assert math.isnan(exceeded(bounds(), {"epsilon": 1.0}))
-    assert math.isnan(exceeded(bounds(math.inf, -math.inf), {"epsilon": 1.0}))
     assert math.isnan(exceeded(bounds(2.0), {"epsilon": math.inf}))
     assert math.isnan(exceeded(bounds(2.0), {"epsilon_add_remove": math.inf, "epsilon": 1.0}))
     assert math.isnan(exceeded(bounds(2.0), {}))

@@ -370,7 +370,8 @@ def test_an_audited_run_adds_the_add_or_remove_epsilon_where_every_device_takes_
     assert full.add_remove_computable is True
     assert full.properties(2) == {
         "epsilon": accounting.central_epsilon("rdp", 1.5, 10, 10, 2, 1e-3, 2.0), "delta": 1e-3,
-        "noise_multiplier": 1.5, "epsilon_add_remove": accounting.add_remove_epsilon("rdp", 1.5, 2, 1e-3, 2.0)}
+        "noise_multiplier": 1.5, "epsilon_add_remove": accounting.add_remove_epsilon("pld", 1.5, 2, 1e-3, 2.0),
+        "epsilon_add_remove_rdp": accounting.add_remove_epsilon("rdp", 1.5, 2, 1e-3, 2.0)}
     sampled = PrivacyPlan(spec, 1.5, 1e-3, 10, 9, 2.0, None)
     assert sampled.add_remove_computable is False and "epsilon_add_remove" not in sampled.properties(2)
 
@@ -380,9 +381,10 @@ def test_local_dp_counts_the_rounds_of_the_device_that_took_part_most():
     plan = PrivacyPlan(spec, 2.0, 1e-3, 10, 5, None, np.array([0, 1, 1, 2]))
     assert plan.add_remove_computable is True  # a device's own releases, whatever the sampling
     assert plan.epsilon(2) == accounting.local_epsilon("rdp", 2.0, 1, 1e-3)
-    assert plan.epsilon_add_remove(2) == accounting.add_remove_epsilon("rdp", 2.0, 1, 1e-3)
-    assert plan.properties(3)["epsilon_add_remove"] == accounting.add_remove_epsilon("rdp", 2.0, 2, 1e-3)
-    assert plan.epsilon_add_remove(2) < plan.epsilon_add_remove(3)
+    assert plan.epsilon_add_remove(2, "rdp") == accounting.add_remove_epsilon("rdp", 2.0, 1, 1e-3)
+    assert plan.properties(3)["epsilon_add_remove"] == accounting.add_remove_epsilon("pld", 2.0, 2, 1e-3)
+    assert plan.properties(3)["epsilon_add_remove_rdp"] == accounting.add_remove_epsilon("rdp", 2.0, 2, 1e-3)
+    assert plan.epsilon_add_remove(2, "pld") < plan.epsilon_add_remove(3, "pld")
 
 
 # ---- the round ----------------------------------------------------------------------------------------------------

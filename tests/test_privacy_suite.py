@@ -97,10 +97,13 @@ def test_the_privacy_suite_reaches_its_table_figure_and_report(ray_cluster, tmp_
     # the audited rows (every device and 100 canaries each round): claimed beside measured, in their own table
     audited = runs[runs["privacy_label"] == "audit_eps10"]
     assert len(audited) == 2 and audited["epsilon_empirical_final"].notna().all()
-    assert (audited["epsilon_add_remove"] < audited["epsilon"]).all() and (audited["audit_canaries"] == 100).all()
+    assert (audited["epsilon_add_remove"] < audited["epsilon_add_remove_rdp"]).all()  # exact (PLD) below RDP's
+    assert (audited["epsilon_add_remove_rdp"] < audited["epsilon"]).all() and (audited["audit_canaries"] == 100).all()
+    assert audited["epsilon_equal_variance_final_low"].notna().all()
     audit_table = (tmp_path / "lb" / "privacy_audit.md").read_text()
-    assert "measured ε (final model)" in audit_table and "claimed ε (add/remove)" in audit_table
-    assert "digits, audit_eps10: measured ε final" in table
+    assert "ε̂ equal-variance (final) [interval] K" in audit_table and "K=100" in audit_table
+    assert "claimed ε add/remove: exact / RDP" in audit_table and "flagged" in audit_table
+    assert "digits, audit_eps10: 100 canaries" in table
     page = build_report("privacy", uri, tmp_path / "report").read_text()
     assert 'id="privacy"' in page and 'alt="privacy_digits"' in page
     assert not math.isnan(float(private["noise_multiplier"].iloc[0]))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from fedarena.leaderboards.audit_table import audit_cell, audit_notes
 from fedarena.leaderboards.cells import HIGHER_IS_BETTER, POSITION, SPARSE, without_costs
 from fedarena.leaderboards.declared import TABLES
 from fedarena.leaderboards.server_rules import EXPLAINED as SECURE_EXPLAINED
@@ -217,7 +218,10 @@ def _metric_cell(row, metric: str, most: int) -> tuple[str, float, float]:
     if not np.isfinite(value):
         return MISSING, np.nan, np.nan
     ci = getattr(row, f"{metric}_ci", np.nan)
-    if metric in RUN_PROPERTIES:  # a run's property (a certified radius, an epsilon) is no share: printed as it is
+    audit = audit_cell(row, metric)  # a privacy audit's claim, estimate or evidence: its cell says what it rests on
+    if audit is not None:
+        text = audit
+    elif metric in RUN_PROPERTIES:  # a run's property (a certified radius, an epsilon) is no share: printed as it is
         text = f"{value:.4g}" + (f"±{ci:.2g}" if np.isfinite(ci) else "")
         if metric == EPSILON and delta_text([getattr(row, "delta", np.nan)]):  # an epsilon is at a delta
             text += f" ({delta_text([row.delta])})"
@@ -390,7 +394,10 @@ def privacy_notes(cells: pd.DataFrame) -> list[str]:
     notes = ["Privacy: user-level DP (replace-one adjacency, dp-accounting's RDP unless a run says otherwise); ε "
              "is the budget the runs spent by their last round at the δ beside it (a label's δ in parentheses; "
              "by default 1e-5, or N^-1.1 for N devices where smaller). none: no differential privacy (ε = ∞); ε = ∞ "
-             "with a noise multiplier of 0: clipping without noise."]
+             "with a noise multiplier of 0: clipping without noise. Beside each cell sit the clip bound (the runs' "
+             "privacy.clip, one for every label), the noise multiplier calibrated to the label's ε (below) and the "
+             "seeds; an audited label (privacy.audit) trains its canaries beside the devices in every round, so "
+             "its cells are the audited model's, not the unaudited label's."]
     if "epsilon" not in cells:
         return notes
     private = cells[pd.to_numeric(cells["epsilon"], errors="coerce").notna()]
@@ -404,40 +411,6 @@ def privacy_notes(cells: pd.DataFrame) -> list[str]:
         local = cells.loc[cells["uses_aggregator"] == False, "method_label"]  # noqa: E712
         if len(local):
             notes.append(f"{', '.join(sorted(set(local)))}: nothing leaves a device (ε = 0).")
-    return notes
-
-
-def audit_notes(private: pd.DataFrame) -> list[str]:
-    """What an audited label measured (``privacy.audit``): per dataset the measured epsilons with their bootstrap
-    intervals (each the mean over the label's cells of their seeds' means), beside the claims."""
-    if "epsilon_empirical_final" not in private:
-        return []
-    audited = private[pd.to_numeric(private["epsilon_empirical_final"], errors="coerce").notna()]
-    if audited.empty:
-        return []
-    notes = ["Privacy audit (one-shot estimation, Andrew et al. 2024): canary clients, each sending a fixed random "
-             "direction (clipped to the bound) whenever drawn, and more directions never sent; measured ε is the "
-             "ε between Gaussians fitted to the cosines of the sent and the unseen directions with the final "
-             "model's change (final) or the largest with any round's change (all iterates), in brackets its "
-             "bootstrap interval at the run's confidence (95% by default; each end the mean over seeds of the runs' "
-             "ends, not an interval of the mean). It is an estimate, not a bound: compare it with the add/remove claim "
-             "(one device's update present or absent, where every device takes part in every round) or the claimed "
-             "ε. With few canaries it lies above a tight claim by the fit's error (fitting the two variances apart "
-             "raises it at small δ); the runs' lower bounds (epsilon_lower_bound_*, the table's lower bound "
-             "column) are the evidence against a claim."]
-    for (dataset, privacy), part in audited.groupby(["dataset_label", "privacy_label"], sort=False):
-        shown = []
-        for which in ("final", "iterates"):
-            name = f"epsilon_empirical_{which}"
-            low, high = (float(np.nanmean(part[f"{name}{end}"])) if f"{name}{end}" in part else np.nan
-                         for end in ("_low", "_high"))
-            interval = f" [{low:.3g}, {high:.3g}]" if np.isfinite(low) and np.isfinite(high) else ""
-            shown.append(f"{which} {float(np.nanmean(part[name])):.3g}{interval}")
-        claims = f"claimed {float(np.nanmean(part['epsilon'])):.3g}"
-        if "epsilon_add_remove" in part and part["epsilon_add_remove"].notna().any():
-            claims += f", add/remove {float(np.nanmean(part['epsilon_add_remove'])):.3g}"
-        canaries = int(np.nanmax(part["audit_canaries"])) if "audit_canaries" in part else 0
-        notes.append(f"{dataset}, {privacy}: measured ε {', '.join(shown)} ({claims}; {canaries} canaries).")
     return notes
 
 

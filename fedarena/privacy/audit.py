@@ -8,11 +8,16 @@ U}}``).
   U more directions are never sent. Directions: i.i.d. Gaussian rows, normalised, from the stream AUDIT.
 - Statistics per direction: the cosine of the final model's change w_T - w_0 with it (``final``), and the largest
   cosine of any round's change w_{t+1} - w_t with it (``iterates``: every released model observed).
-- The estimate: the epsilon between the Gaussians fitted to the sent directions' statistics and the unseen ones'
-  (``privacy.empirical``), at the run's delta, with a bootstrap percentile interval; beside it a lower bound at the
-  run's confidence (thresholded tests: the final statistic's false positives from the exact null distribution of a
-  random direction's cosine, the iterates' from the unseen directions). Only the lower bound is evidence against a
-  claim: ``audit_exceeded`` is 1 where it lies above it.
+- The estimates (``privacy.empirical``), at the run's delta: the epsilon between the Gaussians fitted to the sent
+  directions' statistics and the unseen ones' (``epsilon_empirical_*``, two variances fitted apart), with a
+  bootstrap percentile interval; and for the final model the equal-variance estimate (``epsilon_equal_variance_final``:
+  one Gaussian shift in the unseen ones' variance, the Gaussian mechanism's epsilon at it) with its Student-t
+  interval. The fitted one is biased up at small delta, the equal-variance one is not (both measured on ideal
+  statistics by ``python -m fedarena.perf.audit_estimators``; docs/semantics.md, "Privacy audit").
+- The evidence: lower bounds at the run's confidence, the thresholded tests' (the final statistic's false
+  positives from the exact null distribution of a random direction's cosine, the iterates' from the unseen
+  directions; no model assumed) and the equal-variance interval's lower end (one-sided, resting on the Gaussian
+  shift). ``audit_exceeded`` is 1 where one lies above the claim; a point estimate above it is no evidence.
 - A canary sends twice the round's bound, as the authors send an outsized update: every mechanism clips it to the
   bound (the server, or the device under local DP and secure aggregation), and adaptive clipping counts it clipped
   whatever the rounding (at exactly the bound, float32 counted 67 to 93 of 100 canaries unclipped).
@@ -30,7 +35,14 @@ import numpy as np
 import torch
 
 from fedarena.errors import ConfigError
-from fedarena.privacy.empirical import bootstrap_interval, cosine_log_sf, epsilon_lower_bound, fitted_epsilon
+from fedarena.privacy.empirical import (
+    bootstrap_interval,
+    cosine_log_sf,
+    epsilon_lower_bound,
+    equal_variance_epsilon,
+    equal_variance_interval,
+    fitted_epsilon,
+)
 
 KEYS = {"canaries": "canary clients inserted (>= 2)", "unseen": "directions never sent (>= 2)",
         "resamples": "bootstrap resamples of the interval (>= 0; default 200)",
@@ -39,7 +51,11 @@ LOG = logging.getLogger(__name__)
 MAX_BYTES = 2 * 2**30  # the directions are kept in memory: at most this much (float32)
 CANARY_SCALE = 2.0  # a canary's update in clip bounds, before the mechanism clips it to one
 ITERATE_MAX = "iterate_max"  # the audit's state (its part of the run, ``SimState.part("audit")``): [K + U] largest cosine with a round's change
-LOWER_BOUNDS = ("epsilon_lower_bound_final", "epsilon_lower_bound_iterates")
+# what the flag reads: the thresholded tests' bounds and the equal-variance interval's lower end (one-sided)
+LOWER_BOUNDS = ("epsilon_lower_bound_final", "epsilon_lower_bound_iterates", "epsilon_equal_variance_final_low")
+# what an audit reports, part of an audited trial's identity (``audit/canaries``); v2: the equal-variance estimate,
+# the flag on its lower end too, the add/remove claim exact (PLD) beside RDP's
+VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -131,10 +147,11 @@ class CanaryAudit:
 
     def estimates(self, state: dict, w: torch.Tensor, w0: torch.Tensor, evaluated_round: int) -> dict[str, float]:
         """The run's measured epsilons now, each with its interval's ends (``_low``, ``_high``) and its lower bound
-        (``epsilon_lower_bound_*``), and the canary count. NaN where nothing is observed yet (no kept round, or the
-        model has not moved)."""
-        out = {"audit_canaries": float(self.spec.canaries)}
+        (``epsilon_lower_bound_*``), the final model's equal-variance estimate, the canary count and the intervals'
+        confidence. NaN where nothing is observed yet (no kept round, or the model has not moved)."""
+        out = {"audit_canaries": float(self.spec.canaries), "audit_confidence": self.spec.confidence}
         statistics = {"final": _cosines(self.directions, w - w0), "iterates": state.get(ITERATE_MAX)}
+        out.update(self._equal_variance(statistics["final"]))
         alpha = (1.0 - self.spec.confidence) / 2  # per rate: both hold together at the confidence (union bound)
         for index, (which, values) in enumerate(statistics.items()):
             name, bound = f"epsilon_empirical_{which}", f"epsilon_lower_bound_{which}"
@@ -150,14 +167,24 @@ class CanaryAudit:
                         bound: epsilon_lower_bound(seen, self.delta, alpha, unseen, exact_null)})
         return out
 
+    def _equal_variance(self, final: torch.Tensor | None) -> dict[str, float]:
+        """The final statistic's equal-variance estimate and its interval at the run's confidence (NaN unobserved)."""
+        name = "epsilon_equal_variance_final"
+        if final is None:
+            return {name: math.nan, f"{name}_low": math.nan, f"{name}_high": math.nan}
+        values = final.double().cpu().numpy()
+        seen, unseen = values[: self.spec.canaries], values[self.spec.canaries:]
+        low, high = equal_variance_interval(seen, unseen, self.delta, self.spec.confidence)
+        return {name: equal_variance_epsilon(seen, unseen, self.delta), f"{name}_low": low, f"{name}_high": high}
+
 
 def exceeded(estimates: dict[str, float], claims: dict[str, float]) -> float:
-    """1.0 where a measured lower bound (``epsilon_lower_bound_*``) lies above the claim it is held against (the
+    """1.0 where a measured lower bound (``LOWER_BOUNDS``) lies above the claim it is held against (the exact
     add-or-remove epsilon where the run has one, else the claimed epsilon), 0.0 where none does, NaN where nothing
     is measured yet or the claim is infinite. The point estimates are no evidence: they sit above a tight claim by
-    their fit's error."""
+    their fit's error (the fitted one mostly does)."""
     claim = claims.get("epsilon_add_remove", claims.get("epsilon", math.nan))
-    bounds = [estimates[name] for name in LOWER_BOUNDS if math.isfinite(estimates[name])]
+    bounds = [estimates[name] for name in LOWER_BOUNDS if not math.isnan(estimates[name])]  # an infinite one: a leak
     if not bounds or not math.isfinite(claim):
         return math.nan
     if max(bounds) > claim:

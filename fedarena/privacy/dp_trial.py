@@ -253,8 +253,9 @@ class PrivacyPlan:
         """The run properties it reports at a round (``simulation.properties``); an audited run adds the
         add-or-remove epsilon its estimates are held against, where the accountant has one."""
         out = {"epsilon": self.epsilon(rounds_done), "delta": self.delta, "noise_multiplier": self.noise_multiplier}
-        if self.spec.audit is not None and self.add_remove_computable:
-            out["epsilon_add_remove"] = self.epsilon_add_remove(rounds_done)
+        if self.spec.audit is not None and self.add_remove_computable:  # the claim: exact (PLD), and RDP's bound
+            out["epsilon_add_remove"] = self.epsilon_add_remove(rounds_done, "pld")
+            out["epsilon_add_remove_rdp"] = self.epsilon_add_remove(rounds_done, "rdp")
         return out
 
     @property
@@ -266,11 +267,11 @@ class PrivacyPlan:
         clip, which the claimed (replace-one) epsilon covers."""
         return self.spec.local or self.per_round >= self.num_clients
 
-    def epsilon_add_remove(self, rounds_done: int) -> float:
-        """epsilon under add-or-remove adjacency after ``rounds_done`` rounds (``accounting.add_remove_epsilon``)."""
+    def epsilon_add_remove(self, rounds_done: int, accountant: str) -> float:
+        """epsilon under add-or-remove adjacency after ``rounds_done`` rounds by ``accountant`` (pld: the exact
+        epsilon of the composed Gaussians; ``accounting.add_remove_epsilon``)."""
         rounds = int(self.most_rounds[rounds_done]) if self.spec.local else rounds_done
-        return accounting.add_remove_epsilon(self.spec.accountant, self.noise_multiplier, rounds, self.delta,
-                                             self.count_noise)
+        return accounting.add_remove_epsilon(accountant, self.noise_multiplier, rounds, self.delta, self.count_noise)
 
     def before_sending(self, updates: torch.Tensor, noise: torch.Generator) -> torch.Tensor:
         """What the devices send: local DP clips each update and adds its own noise (drawn from ``noise``); central

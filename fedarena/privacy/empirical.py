@@ -16,6 +16,14 @@ and a lower bound at a stated confidence (the evidence against a claim).
   largest of many bounds is a bound too; without it, ideal statistics at mu = 2 certified 10.006 where the truth
   is 9.997). The false positive rate comes from the unseen statistics, or from the exact null distribution where
   one is known (a random direction's cosine with a fixed vector: the final model's change).
+- **Equal-variance estimate.** One Gaussian shift fitted with the null's variance: mu = (mean of the inserted -
+  mean of the unseen) / the unseen's standard deviation, and the epsilon of the Gaussian mechanism of that
+  sensitivity (Balle and Wang 2018) at delta. Where the mechanism is Gaussian and a canary's statistic is the null's
+  shifted (full participation, the final model: the sufficient statistic), it estimates the exact add/remove
+  epsilon with no variance ratio to fit by chance. Its interval is the shift's Student-t interval (the inserted
+  mean's error from their own spread, the unseen mean's and standard deviation's by the delta method) mapped
+  through the epsilon, which rises with |mu|; its lower end is a one-sided confidence statement, which the flag
+  reads, resting on the Gaussian shift model (the thresholded bound above rests on none).
 """
 
 from __future__ import annotations
@@ -147,3 +155,47 @@ def epsilon_lower_bound(seen: np.ndarray, delta: float, alpha: float, unseen: np
         bounds = np.fmax(first, second)
     bounds = bounds[~np.isnan(bounds)]
     return float(max(0.0, bounds.max())) if len(bounds) else 0.0
+
+
+def equal_variance_shift(seen: np.ndarray, unseen: np.ndarray) -> float:
+    """mu: the inserted statistics' mean above the unseen ones', in the unseen ones' standard deviation (ddof 1);
+    NaN where that is not positive and finite (no spread to measure a shift in)."""
+    scale = float(np.std(unseen, ddof=1))
+    if not 0 < scale < math.inf:
+        return math.nan
+    return float((np.mean(seen) - np.mean(unseen)) / scale)
+
+
+def gaussian_shift_epsilon(mu: float, delta: float) -> float:
+    """The epsilon at ``delta`` of the Gaussian mechanism of sensitivity |mu| over noise 1 (NaN for NaN; the
+    divergence is taken both ways, so a shift down is a shift up)."""
+    return two_gaussian_epsilon(mu, 1.0, 0.0, 1.0, delta)
+
+
+def equal_variance_epsilon(seen: np.ndarray, unseen: np.ndarray, delta: float) -> float:
+    """The equal-variance estimate (see the module): the Gaussian mechanism's epsilon at the fitted shift."""
+    return gaussian_shift_epsilon(equal_variance_shift(seen, unseen), delta)
+
+
+def shift_standard_error(seen: np.ndarray, unseen: np.ndarray) -> float:
+    """The standard error of ``equal_variance_shift``: the inserted mean's (their own spread, not assumed equal),
+    the unseen mean's, and the unseen standard deviation's through mu (delta method: sd(s) / s ~ (2 (U - 1))^-1/2)."""
+    scale, mu = float(np.std(unseen, ddof=1)), equal_variance_shift(seen, unseen)
+    if math.isnan(mu):
+        return math.nan
+    return float(math.sqrt(np.var(seen, ddof=1) / (len(seen) * scale**2) + 1.0 / len(unseen)
+                           + mu**2 / (2 * (len(unseen) - 1))))
+
+
+def equal_variance_interval(seen: np.ndarray, unseen: np.ndarray, delta: float,
+                            confidence: float) -> tuple[float, float]:
+    """The two-sided interval at ``confidence`` of the equal-variance estimate: the shift's Student-t interval
+    (K - 1 degrees of freedom: the inserted mean's error dominates) mapped through the epsilon of |mu|; its lower
+    end alone holds at (1 + confidence) / 2 (one-sided)."""
+    mu, error = equal_variance_shift(seen, unseen), shift_standard_error(seen, unseen)
+    if math.isnan(mu) or math.isnan(error):
+        return math.nan, math.nan
+    half = float(stats.t.ppf((1 + confidence) / 2, len(seen) - 1)) * error
+    low, high = mu - half, mu + half
+    nearest = 0.0 if low <= 0 <= high else min(abs(low), abs(high))  # the epsilon is lowest where |mu| is
+    return gaussian_shift_epsilon(nearest, delta), gaussian_shift_epsilon(max(abs(low), abs(high)), delta)

@@ -41,6 +41,7 @@ from fedarena.methods.aggregators.base import PRE_AGGREGATORS
 from fedarena.methods.aggregators.builder import aggregator_from, expected_malicious, pre_names
 from fedarena.models.backends import planned_backend
 from fedarena.params import TrialFacts, hyperparameters
+from fedarena.privacy.audit import VERSION as AUDIT_VERSION
 from fedarena.privacy.base import ACCOUNTANT, privacy_from
 from fedarena.privacy.base import NONE as NO_PRIVACY
 from fedarena.round_inputs import INPUTS
@@ -49,6 +50,7 @@ from fedarena.simulation.engine import ENGINE_VERSION
 from fedarena.simulation.metrics import METRICS
 
 ENGINE = "engine"
+AUDIT = "audit/canaries"  # a privacy audit's version: what its estimates and flag are (``privacy.audit.VERSION``)
 ALWAYS_KEPT = ("device",)  # top-level keys kept even at their default ("the device stays in it")
 PARTITION_KEY = "partition"  # a dataset option naming its registered partitioner
 LOCATION_KEYS = {"dataset": ("data_dir",)}  # where things are, not what is computed
@@ -181,6 +183,8 @@ def component_versions(cfg: ResolvedConfig) -> dict[str, int | str]:
     if not cfg.privacy_is_default() and cfg.privacy["name"] != NO_PRIVACY:  # the accountant of its epsilon
         name = cfg.privacy.get("accountant", "rdp")
         versions[f"accountant/{name}"] = ACCOUNTANT.version(name)
+        if privacy_from(cfg.privacy).audit is not None:  # what a privacy audit reports
+            versions[AUDIT] = AUDIT_VERSION
     for pre in pre_names(cfg.aggregator):
         versions[f"pre_aggregator/{pre}"] = PRE_AGGREGATORS.version(pre)
     for name in aggregator_from(cfg.aggregator, f=0).inputs:  # a built-in input at version 1 adds nothing: the
@@ -216,6 +220,8 @@ def registered_version(key: str) -> int | str | None:
     (e.g. a plugin this process did not load)."""
     if key == ENGINE:
         return ENGINE_VERSION
+    if key == AUDIT:
+        return AUDIT_VERSION
     kind, _, name = key.partition("/")
     registry = {**{k: v.registry for k, v in KINDS.items()}, "pre_aggregator": PRE_AGGREGATORS,
                 "partitioner": PARTITIONERS, "metric": METRICS, "accountant": ACCOUNTANT,

@@ -22,6 +22,9 @@ PRIVACY_PROPERTIES: dict[str, bool | None] = {"epsilon": False, "delta": None, "
 AUDIT_PROPERTIES: dict[str, bool | None] = {
     "epsilon_add_remove": False, "audit_canaries": None, "audit_exceeded": False,  # 1: a lower bound above the claim
     **{f"epsilon_empirical_{which}{end}": False for which in ("final", "iterates") for end in ("", "_low", "_high")},
+    "epsilon_add_remove_rdp": False, "audit_confidence": None,  # RDP's bound beside the exact (PLD) claim, the
+    # intervals' level; the equal-variance estimate:
+    **{f"epsilon_equal_variance_final{end}": False for end in ("", "_low", "_high")},
     "epsilon_lower_bound_final": False, "epsilon_lower_bound_iterates": False}
 
 
