@@ -1,7 +1,8 @@
 """``make perf`` (``python -m fedarena.perf``): prints, in one run, the small workload against a bare loop
 and its arithmetic limit, ``backend: auto`` against both backends, the engine against a bare loop at
-Fashion-MNIST shapes, batched evaluation, one aggregation per rule, and the rule calls per round of each attack
-that searches against the server's rule, with their cost. Figures are printed, never asserted."""
+Fashion-MNIST shapes, batched evaluation, one aggregation per rule, the rule calls per round of each attack
+that searches against the server's rule, with their cost, and an isolated (sandboxed) rule against the same rule
+in-process. Figures are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from fedarena.perf.aggregators import time_aggregators
 from fedarena.perf.backend_choice import auto_rows
 from fedarena.perf.engine_vs_loop import build_trial, engine_vs_bare, evaluation_cost, perf_config
+from fedarena.perf.isolation import isolation_rows
 from fedarena.perf.rule_calls import rule_call_rows
 from fedarena.perf.small import WORKLOADS, small_workload
 
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5, help="engine vs bare: alternating repetitions")
     parser.add_argument("--skip-aggregators", action="store_true")
+    parser.add_argument("--skip-isolation", action="store_true")
     args = parser.parse_args(argv)
     print(f"device={args.device} torch={torch.__version__} threads={torch.get_num_threads()}")
     if args.device == "cpu":
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None) -> None:
         _print_rows("one aggregation of n updates of the Fashion-MNIST CNN (d parameters)", aggregation_times(args.device))
         _print_rows("the server's rule under each attack that searches against it: calls per round (the server's own "
                     "included) and their cost, the quick robustness suite's seed-0 trials (5 rounds)", rule_call_rows())
+    if not args.skip_isolation:
+        _print_rows("a submitted rule isolated in its sandbox against the same rule in-process, quick digits trials "
+                    "(goal: ratio <= 1.2)", isolation_rows())
 
 
 if __name__ == "__main__":
