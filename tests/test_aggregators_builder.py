@@ -76,7 +76,8 @@ def test_clip_pre_aggregator_changes_krums_choice():
     plain = make_aggregator({"name": "krum"}, f=1)(updates, weights)  # scores 82, 65, 68, 104, 724
     clipped = make_aggregator({"name": "krum", "pre": ["clip"]}, f=1)(updates, weights)  # 12, 30 -> 10
     assert plain.tolist() == [2.0, 0.0]
-    assert clipped.tolist() == [10.0, 0.0]
+    # 12 and 30 clipped to norm 10 lie within 1e-10 of row 2 and of each other: Krum keeps one of the three
+    assert clipped.tolist() == pytest.approx([10.0, 0.0], abs=1e-9)
     direct = AGGREGATORS.get("krum").rule(clip_to_median_norm(updates), weights=weights, losses=None, f=1)
     assert torch.equal(clipped, direct)
 
