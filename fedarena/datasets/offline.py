@@ -54,17 +54,22 @@ def digits(
 
 @lru_cache(maxsize=2)
 def digits_arrays(normalize: str = "channel") -> tuple[np.ndarray, np.ndarray, PixelScale]:
-    """The standardised digit images [1797, 64], their labels (read-only) and their ``PixelScale`` (raw values
-    0-16): parsed once per process (a benchmark worker builds hundreds of digits trials; scikit-learn parses
+    """The standardised digit images [1797, 64], their labels and their ``PixelScale`` (raw values 0-16), all
+    read-only: parsed once per process (a benchmark worker builds hundreds of digits trials; scikit-learn parses
     its CSV file on every load)."""
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
     features, scale = standardize_images(bunch.data, normalize, channel_axis=None)
-    labels = bunch.target
-    features.setflags(write=False)
-    labels.setflags(write=False)
-    return features, labels, scale
+    return read_only(features, bunch.target, scale)
+
+
+def read_only(images: np.ndarray, labels: np.ndarray, scale: PixelScale) -> tuple[np.ndarray, np.ndarray, PixelScale]:
+    """The arrays of a per-process cache made read-only (the scale's too), so that no trial's poisoning can write
+    into what the next trial of the process reads: a trial builds its tensors from copies."""
+    for array in (images, labels, scale.mean, scale.std):
+        array.setflags(write=False)
+    return images, labels, scale
 
 
 @register_dataset("synthetic", model="logreg")

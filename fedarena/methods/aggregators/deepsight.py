@@ -10,7 +10,8 @@ authors released no code). Per client, from its update:
 - DDifs, what the server runs per client: the local model (global + update) and the global model on ``samples``
   fixed random inputs for each of ``seeds`` sets (uniform between a black and a white pixel,
   ``probe.py``), the mean over the inputs of p_local(x)_k / (p_global(x)_k + 1e-6), one [classes] vector per
-  set: (n + 1) x seeds x samples forward passes a round (the defaults: 60,000 inputs a model);
+  set: (n + 1) x seeds x samples forward passes a round (the defaults: 60,000 inputs a model), each model's
+  kept for the round, so an attack's further calls of the rule pay only for the models they change;
 - the cosine distances of the output-layer bias updates.
 HDBSCAN (scikit-learn's, ``min_samples`` 1 and minimum cluster size 2: a pair of like models is a cluster; FLPoison's
 3 and 5 leave every model noise in a round of 10 devices with 2 attackers) clusters the NEUPs, each
@@ -37,7 +38,7 @@ from fedarena.methods.aggregators.base import (
     vector_median,
 )
 from fedarena.methods.aggregators.flame import cosine_distances
-from fedarena.methods.aggregators.probe import Probe
+from fedarena.methods.aggregators.probe import Probe, digest
 from fedarena.round_inputs import RoundView, round_input
 
 RATIO_GUARD = 1e-6  # FLPoison's epsilon: p_local / (p_global + 1e-6)
@@ -78,13 +79,27 @@ def neups_and_exceedings(weight: torch.Tensor, bias: torch.Tensor, threshold: fl
 
 
 def division_differences(probe, model: torch.Tensor, updates: torch.Tensor, seeds: int, samples: int) -> np.ndarray:
-    """[seeds, n, classes]: per noise set, each local model's mean ratio of class probabilities to the global's."""
+    """[seeds, n, classes]: per noise set, each local model's mean ratio of class probabilities to the global's.
+
+    The global model's probabilities and each row's ratios are kept for the round (``Probe.memo``): the adaptive
+    attack's 32 calls a round share the global model and the honest rows, and its candidates one malicious row.
+    Each row is computed alone, so its ratios never depend on which rows were computed with it (or before)."""
+    memo, rows = probe.memo(model), [digest(u) for u in updates]
     out = []
     for index in range(seeds):
-        reference = probe.probabilities(model, index, samples) + RATIO_GUARD
-        out.append(torch.stack([(probe.probabilities(model + u, index, samples) / reference).mean(0)
-                                for u in updates]))
+        reference = kept(memo, ("reference", index, samples),
+                         lambda: probe.probabilities(model, index, samples) + RATIO_GUARD)
+        out.append(torch.stack([kept(memo, ("ratios", index, samples, row),
+                                     lambda u=u: (probe.probabilities(model + u, index, samples) / reference).mean(0))
+                                for u, row in zip(updates, rows)]))
     return torch.stack(out).double().cpu().numpy()
+
+
+def kept(memo: dict, key, compute):
+    """``memo[key]``, computed once."""
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def cluster_labels(points: np.ndarray, *, precomputed: bool = False, single: bool = False) -> np.ndarray:

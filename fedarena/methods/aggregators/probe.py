@@ -4,10 +4,13 @@ and the output layer's part of an update.
 The inputs are ``seeds`` sets of uniform noise between a black and a white pixel's value in the model's input units,
 pixel by pixel (the valid box of an image under the dataset's own normalisation, ``datasets.pixels``), drawn once per trial from the stream AGGREGATE under
 the key ``NOISE_INPUTS`` + the set's index, and kept: every round probes the same inputs, as DeepSight's server does.
+What a rule derives from one global model (its outputs, a client model's) can be kept in ``memo`` until the model
+changes: a searching attack calls the rule many times a round on the same global model and mostly the same rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +35,8 @@ class Probe:
     seed: int
     device: torch.device
     _inputs: dict = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict)  # what was computed from the global model of ``_memo_of``
+    _memo_of: bytes = b""
 
     @classmethod
     def of(cls, model: FlatModel, dataset: FederatedDataset, seed: int, device: torch.device, rule: str) -> Probe:
@@ -64,7 +69,23 @@ class Probe:
         with torch.no_grad():
             return torch.cat([self.model.forward(params, part.to(params.dtype)).softmax(-1) for part in x.split(BATCH)])
 
+    def memo(self, model: torch.Tensor) -> dict:
+        """The results kept for the global model ``model`` (flat parameters): a dict the rule fills, emptied when
+        the model changes (a new round), so it holds one round's outputs at most."""
+        key = digest(model)
+        if key != self._memo_of:
+            self._memo, self._memo_of = {}, key
+        return self._memo
+
     def output_layer(self, updates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(weight [n, classes, inputs], bias [n, classes]): the output layer's part of each row of ``updates``."""
         *_, weight, bias = torch.split(updates, self.model.sizes, dim=1)
         return weight.reshape(-1, *self.model.shapes[-2]), bias
+
+
+def digest(values: torch.Tensor) -> bytes:
+    """A 20-byte BLAKE2b digest of a tensor's dtype, shape and bytes: a memo's key for it (equal tensors, equal
+    digests; a collision needs about 2**80 tensors)."""
+    h = hashlib.blake2b(f"{values.dtype}{tuple(values.shape)}".encode(), digest_size=20)
+    h.update(values.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy())
+    return h.digest()
