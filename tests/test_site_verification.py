@@ -334,3 +334,9 @@ def test_the_pages_and_leaderboard_json_show_the_checks(tmp_path):
     page = (tmp_path / "site" / "smoke" / "entries" / "submission-mine.html").read_text()
     assert 'id="checks"' in page and "no: its code ran beside the trial it was scored on" in page
     assert "rerun as the builder&#x27;s user (--trust-submissions)" in page
+
+
+def test_a_reason_names_no_path_of_the_building_machine(tmp_path):
+    folder, work = tmp_path / "sub", tmp_path / "work" / "submission-sub"
+    reason = (f"plugin /tmp/fedarena-isolated-b081z32m/shrunk.py: import failed; {folder}/card.json; {work}/x.log")
+    assert publish._relative(reason, folder, work) == "plugin shrunk.py: import failed; card.json; x.log"

@@ -18,6 +18,7 @@ published is lost, and nothing a submission wrote into it survives.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,8 @@ from fedarena.website.verification import (
     shown_command,
     status_of,
 )
+
+SANDBOX_COPY = re.compile(r"/[^\s'\"]*fedarena-isolated-[A-Za-z0-9_]+/")  # fedarena.isolation's temporary folder
 
 
 @dataclass
@@ -159,7 +162,7 @@ def _relative(text: str, folder: Path, work: Path) -> str:
     path of the machine that built it, and two machines give the same text)."""
     for path, shown in ((work.resolve(), "<work>"), (work, "<work>"), (folder.resolve(), folder.name), (folder, folder.name)):
         text = text.replace(f"{path}/", "").replace(str(path), shown)
-    return text
+    return SANDBOX_COPY.sub("", text)  # the isolated rule's copy of the plugin: a random temporary folder
 
 
 def _rejected(folder: Path, reason: str) -> Entry:
