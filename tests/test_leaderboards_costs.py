@@ -168,3 +168,20 @@ def test_a_cell_of_incomparable_runs_reads_mixed_not_a_mean():
     found, _ = tables(runs)
     # Assert
     assert rows_of(found["costs"].blocks[0])["global"][:3] == ["mixed"] * 3
+
+
+def test_the_notes_measure_the_timer_noise_across_a_rows_attacked_settings():
+    # Prepare: global's server step (one mean) timed 1.0 ms under ALIE and 4.0 ms under Min-Max; Krum's 5.0 and 6.0
+    runs = COSTED + [costed("global", "min_max", 0.2, seed, 4.0, 12.0) for seed in (0, 1)]
+    runs += [costed("krum", "min_max", 0.2, seed, 6.0, 0.1) for seed in (0, 1)]
+    runs = [{**r, "cost_server_ms": 1.0} if r["method_label"] == "global" and r["attack_label"] == "alie" else r
+            for r in runs]
+    # Execute
+    notes = "\n".join(tables(runs)[0]["costs"].footnotes)
+    # Assert: the largest spread (4.0 / 1.0) and the median row's ((4.0 + 1.2) / 2); clean cells not compared
+    assert ("Noise in server ms/round: one row's cells across the attacked settings of a block (the same rule on as "
+            "many reports: the attack changes their values, hardly the work) differ by up to 4.0x, 2.6x in the "
+            "median row") in notes
+    assert "Noise in attacker ms/round" not in notes  # two attacks are two computations
+    # one attacked setting: nothing to compare
+    assert "Noise in" not in "\n".join(tables(COSTED)[0]["costs"].footnotes)

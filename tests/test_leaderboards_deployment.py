@@ -257,5 +257,107 @@ def test_a_worst_case_that_met_about_one_honest_report_a_round_says_the_attack_w
     # Execute
     notes = "\n".join(tables(runs)[0]["deployment"].footnotes)
     # Assert: that worst case only (clean cells have no attack to void)
-    assert "straggle0.5_drop, worst@20%: the attackers met 1.0 to 1.0 honest reports a round" in notes
-    assert notes.count("honest reports a round") == 1
+    assert "straggle0.5_drop, worst@20%: the rounds the rules aggregated held 1.0 to 1.0 honest reports on" in notes
+    assert notes.count("honest reports on average") == 1
+
+
+def test_a_control_column_that_is_its_plain_column_without_attackers_is_named_as_one_computation():
+    # Prepare: fail0.3_all (attackers fail alike): without attackers its clean cells are fail0.3's own; under attack
+    # they differ (the share stays as declared)
+    SYSTEMS["fail0.3_all"] = ("synchronous", 0.3, 0.0, "drop", "")
+    try:
+        runs = RUNS + [{**deployed_run(r["method_label"], "fail0.3_all", r["attack_label"], int(r["seed"]),
+                                       r["acc_pooled"] + (0.0 if r["attack_label"] == "clean" else 0.05)
+                                       - (0.01 if int(r["seed"]) else -0.01)),
+                        "system.attackers_fail": "True"}
+                       for r in RUNS if r.get("deployment_label") == "fail0.3"]
+        table = tables(runs)[0]["deployment"]
+    finally:
+        del SYSTEMS["fail0.3_all"]
+    # Assert: the clean block names the pair and why; the worst case, where they differ, does not
+    notes = "\n".join(table.footnotes)
+    assert ("digits clean: fail0.3, fail0.3_all have the same cells in every row (without attackers, attackers "
+            "failing or straggling alike changes nothing): one computation shown twice") in notes
+    assert "digits worst@20%: fail0.3, fail0.3_all" not in notes
+
+
+def test_a_buffer_of_every_device_in_flight_is_named_a_synchronous_round_and_its_equal_column_is_found():
+    # Prepare: async_k5 with 5 devices a round in flight (concurrency: clients_per_round): its buffer takes them all;
+    # its cells are the synchronous ones, whose runs record no share ("as drawn" there, "20%" here)
+    runs = [{**r, "clients_per_round": "5"} for r in RUNS if r.get("deployment_label") != "async_k5"]
+    runs += [{**deployed_run(r["method_label"], "async_k5", r["attack_label"], int(r["seed"]),
+                             r["acc_pooled"] - (0.01 if int(r["seed"]) else -0.01)), "clients_per_round": "5"}
+             for r in RUNS if "deployment_label" not in r]
+    # Execute
+    table = tables(runs)[0]["deployment"]
+    # Assert
+    notes = "\n".join(table.footnotes)
+    assert ("async_k5: asynchronous buffered aggregation (FedBuff) of the first 5 arrivals of 5 devices in flight: "
+            "the buffer takes every device in flight") in notes and "not asynchrony" in notes
+    assert "digits worst@20%: synchronous, async_k5 have the same cells in every row" in notes
+    assert "digits clean: synchronous, async_k5 have the same cells in every row" in notes
+    # ten in flight: a buffer of five is FedBuff's
+    ten = "\n".join(tables([{**r, "clients_per_round": "10"} for r in RUNS])[0]["deployment"].footnotes)
+    assert "of the first 5 arrivals of 10 devices in flight." in ten and "not asynchrony" not in ten
+
+
+def test_a_setting_whose_mean_round_gives_the_rule_f_zero_says_it_ran_as_its_f_zero_form():
+    # Prepare: f = 10 x int(0.2 x 30) // 30 = 2; fail0.6's attacked rounds aggregated 4 reports (floor(2 x 4 / 10) =
+    # 0), fail0.3's 7 (f 1); the clean cells have no attackers to miss
+    def reported(r):
+        n = {"fail0.6": 4.0, "fail0.3": 7.0}.get(r.get("deployment_label"), 10.0)
+        return {**r, "reports_mean": n, "clients_per_round": "10", "dataset.num_clients": "30"}
+    # Execute
+    notes = "\n".join(tables([reported(r) for r in RUNS])[0]["deployment"].footnotes)
+    # Assert
+    assert ("fail0.6, worst@20%: the rules aggregated 4.0 to 4.0 reports a round on average, 1.8 to 1.8 of them the "
+            "attackers'; f follows them to floor(2 n / 10) = 0 in the mean round: a rule that reads f ran as its "
+            "f = 0 form there") in notes
+    assert notes.count("= 0 in the mean round") == 1
+    assert "Rounded down, it is 0 in a round of n < m / f reports" in notes
+    # runs that do not say the devices: no f to compute, no note
+    bare = "\n".join(tables([{**reported(r), "dataset.num_clients": None} for r in RUNS])[0]["deployment"].footnotes)
+    assert "= 0 in the mean round" not in bare
+
+
+def test_an_included_stragglers_control_says_it_moves_only_the_attackers_own_work():
+    # Prepare
+    SYSTEMS["straggle0.5_include_all"] = ("synchronous", 0.0, 0.5, "include", "")
+    try:
+        runs = RUNS + [{**deployed_run("global", "straggle0.5_include_all", a, seed, 0.7),
+                        "system.attackers_straggle": "True"} for a in ("clean", "alie") for seed in (0, 1)]
+        notes = "\n".join(tables(runs)[0]["deployment"].footnotes)
+    finally:
+        del SYSTEMS["straggle0.5_include_all"]
+    # Assert
+    assert ("straggle0.5_include_all: synchronous, 0.5 stragglers (local steps or epochs uniform in {1, ..., E - 1}, "
+            "FedProx's draw), their partial work included, attackers straggle alike (control) - every drawn device "
+            "reports, so the attackers' share is as drawn in both columns") in notes
+    assert "straggle0.5_include: synchronous, 0.5 stragglers" in notes
+    assert notes.count("as drawn in both columns") == 1
+
+
+def test_the_figure_rings_a_void_attack_and_its_ticks_carry_the_attackers_share(tmp_path, monkeypatch):
+    # Prepare: straggle0.5_drop's attacked rounds held one honest report (3 reports, two thirds the attackers')
+    runs = [{**r, "reports_mean": 3.0, "attacker_share": 2 / 3} if r.get("deployment_label") == "straggle0.5_drop"
+            and r["attack_label"] != "clean" else r for r in RUNS]
+    _, cells, prepared = tables(runs)
+    drawn, ticks = [], []
+    real_plot, real_ticks = deployment_figure.plt.Axes.plot, deployment_figure.plt.Axes.set_xticks
+
+    def plot(ax, x, y, *args, **kwargs):
+        drawn.append((kwargs.get("marker"), kwargs.get("markerfacecolor"), list(x), [round(v, 3) for v in y]))
+        return real_plot(ax, x, y, *args, **kwargs)
+
+    def set_xticks(ax, values, labels=None, **kwargs):
+        ticks.append(list(labels or []))
+        return real_ticks(ax, values, labels, **kwargs)
+    monkeypatch.setattr(deployment_figure.plt.Axes, "plot", plot)
+    monkeypatch.setattr(deployment_figure.plt.Axes, "set_xticks", set_xticks)
+    # Execute
+    deployment_figure.write_deployment_figures(cells, deployment_facts(prepared), tmp_path)
+    # Assert: global's and Krum's straggle0.5_drop points ringed, nothing else; shares under the ticks
+    rings = [d for d in drawn if d[0] == "D"]
+    assert rings == [("D", "none", [0.5], [0.58]), ("D", "none", [0.5], [0.72])]
+    assert ["0 (lab)", "0.3\natt 32% / ?", "0.6\natt 44% / ?"] in ticks
+    assert ["0 (lab)", "0.5\ndrop att 67% / ?\nincl att 20% / ?"] in ticks

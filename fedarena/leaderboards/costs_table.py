@@ -105,6 +105,32 @@ def _undefined(excluded: pd.DataFrame, costs: tuple[str, ...], headings: dict[st
                                        "score"])
 
 
+NOISY = ("server_ms",)  # a time whose spread over a row's attacked settings measures the timer's noise (not the
+# attacker's: two attacks are two computations)
+
+
+def noise_notes(frame: pd.DataFrame, costs: tuple[str, ...]) -> list[str]:
+    """How far one row's time moves across the attacked settings of a block (the same rule on as many reports, of
+    the same seeds' draws: the attack changes their values, hardly the work): the largest and the median ratio of
+    its highest to its lowest mean, per time asked for. That spread is the timer's noise floor in this store (other
+    processes' work in the same seconds, one slow round in a run's mean), not the rule's or the attack's cost."""
+    notes = []
+    shown = frame[(frame["attack_label"] != "clean") & ~frame["borrowed"].astype(bool)]
+    keys = ["dataset_label", "privacy_label", "deployment_label", "method_label"]
+    for name in (n for n in NOISY if n in costs):
+        values = shown[shown["name"] == name].assign(value=lambda d: pd.to_numeric(d["value"], errors="coerce"))
+        values = values[np.isfinite(values["value"]) & (values["value"] > 0)]
+        spread = values.groupby(keys)["value"].agg(lambda v: v.max() / v.min() if len(v) >= 2 else np.nan).dropna()
+        if len(spread):
+            notes.append(f"Noise in {HEADINGS[name][0]}: one row's cells across the attacked settings of a block "
+                         f"(the same rule on as many reports: the attack changes their values, hardly the work) "
+                         f"differ by up to {spread.max():.1f}x, {spread.median():.1f}x in the median row: the timer "
+                         f"reads other processes' work in the same seconds, and one slow round moves a run's mean. "
+                         f"A difference smaller than that, between rows or deployments, is not the rule's cost; the "
+                         f"attacker's times carry the same noise.")
+    return notes
+
+
 def table_notes(frame: pd.DataFrame, costs: tuple[str, ...]) -> list[str]:
     """What each column and mark means."""
     notes = ["Each cell: the mean over the cell's seeds that recorded it (cost_* of every run: docs/semantics.md, "
@@ -115,6 +141,7 @@ def table_notes(frame: pd.DataFrame, costs: tuple[str, ...]) -> list[str]:
         notes.append("Confounders beside the costs of a deployment: a rule's time grows with the reports a round "
                      "aggregates (fewer under failures and dropped stragglers, K under a buffer) and with the f that "
                      "follows them (floor(f n / m)); how many rounds it ran of T is the deployment table's agg a/T.")
+    notes += noise_notes(frame, costs)
     if frame["text"].eq(MISSING).any():
         notes.append(f"{MISSING}: not recorded by the cell's runs (made before fedarena logged what each side pays; "
                      f"server ms: a rule that skipped every round never ran).")

@@ -32,14 +32,15 @@ NAME = "deployment"
 UNDEFINED = "undefined"
 UNDERTRAINED = "undertrained"  # the mark of a cell whose rule aggregated fewer than half its rounds
 FACTS = ("system_name", "failure_rate", "attackers_fail", "stragglers", "straggler_policy", "attackers_straggle",
-         "buffer", "f_declared", "rounds")
+         "buffer", "concurrency", "f_declared", "rounds", "clients_per_round", "clients")
 EXCLUDED_COLUMNS = (*POSITION, "reason", "same_as")
 
 
 def deployment_facts(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per deployment label and dataset: its system section's name, failure rate (and whether attackers fail
     too), stragglers, their policy (and whether attackers straggle too), buffer (asynchronous), declared f ('' for
-    the trial's own) and the rounds T a run of it has on the dataset, from its first run's params and tags."""
+    the trial's own), the rounds T a run of it has on the dataset, and the devices drawn a round (m) and in all (the
+    trial's f is m x int(level x devices) // devices: ``f_notes``), from its first run's params and tags."""
     rows = []
     keys = [k for k in ("deployment_label", "dataset_label") if k in runs]
     for key, part in runs.groupby(keys, sort=False) if "deployment_label" in runs else ():
@@ -52,8 +53,11 @@ def deployment_facts(runs: pd.DataFrame) -> pd.DataFrame:
                      "straggler_policy": _text(first, "system.straggler_policy", "drop"),
                      "attackers_straggle": _text(first, "system.attackers_straggle", "False").lower() == "true",
                      "buffer": _number(first, "system.buffer", np.nan),
+                     "concurrency": _number(first, "system.concurrency", np.nan),  # NaN: clients_per_round
                      "f_declared": _text(first, F_DECLARED_TAG, ""),
-                     "rounds": _number(first, "rounds", np.nan)})
+                     "rounds": _number(first, "rounds", np.nan),
+                     "clients_per_round": _number(first, "clients_per_round", np.nan),
+                     "clients": _number(first, "dataset.num_clients", np.nan)})
     return pd.DataFrame(rows, columns=["deployment_label", "dataset_label", *FACTS])
 
 
@@ -227,8 +231,9 @@ def deployment_table(cells: pd.DataFrame, excluded: pd.DataFrame | None = None,
     for (dataset, privacy, attack, level), block in blocks:
         private = f" {privacy}" if privacy != "none" else ""
         block.title = f"{dataset}{private} {setting_label(attack, level)}"
-    notes = (table_notes(frame, facts) + same_rows_notes([block for _, block in blocks]) + few_reports_notes(frame)
-             + few_honest_notes(frame) + worst_notes)
+    notes = (table_notes(frame, facts) + same_rows_notes([block for _, block in blocks])
+             + same_columns_notes(blocks, facts) + few_reports_notes(frame) + few_honest_notes(frame)
+             + f_notes(frame, facts) + worst_notes)
     tidy = without_costs(frame.drop(columns=["text", "score"])).assign(
         undertrained=[undertrained(row) for row in frame.itertuples(index=False)]).sort_values(
         list(blocks_by), key=lambda c: c.map(lambda v: sort_key(c.name, v)), kind="stable")
@@ -246,12 +251,16 @@ def table_notes(frame: pd.DataFrame, facts: pd.DataFrame | None) -> list[str]:
              "attackers' share s of the reports it aggregated (skipped rounds not counted). Where every drawn device "
              "reports (synchronous, a declared f) no round is skipped: T of T, the attackers' share as drawn. A "
              "share above the attack's level says the deployment let more attackers in (they stay online), not that "
-             "the rule is weaker: compare the _all column, where attackers fail or straggle alike.",
+             "the rule is weaker: compare the _all column, where attackers fail or straggle alike. There the rule "
+             "also meets more attackers than its f, which follows the reports as if attackers dropped out like "
+             "honest devices (next notes).",
              f"{UNDERTRAINED}: the rule aggregated fewer than half its rounds, so the accuracy is a nearly untrained "
              f"model's, not a robustness number (never bold).",
              "f follows the reports: a rule (and an attack that reads the server's f) that aggregates n reports of a "
              "round of m drawn devices gets floor(f n / m), f the trial's (declared) f; a round where even that "
-             "rule is undefined is skipped."]
+             "rule is undefined is skipped. Rounded down, it is 0 in a round of n < m / f reports, attackers or not: "
+             "there a rule that reads f runs as its f = 0 form (the trimmed mean is the mean; Krum and NNM assume no "
+             "attacker). ALIE's z reads the round's reports and the attackers among them, not the server's f."]
     if frame["text"].str.contains(r"\(= ", regex=True).any():
         notes.append("(= d): the same trial as deployment d's (a declared f equal to the trial's own; without "
                      "attackers f is 0, and so are half and double of it): its numbers.")
@@ -278,6 +287,45 @@ def same_rows_notes(blocks: list) -> list[str]:
                                  f"one computation under two names there (with f = 0, as without attackers, a rule "
                                  f"that trims or mixes f rows is the mean).")
     return notes
+
+
+def same_columns_notes(blocks: list, facts: pd.DataFrame | None) -> list[str]:
+    """A note for every pair of columns whose cells are the same in every row of a block where both have one (two or
+    more rows): one computation shown twice, not two results (a control whose attackers fail or straggle alike, in
+    a block without attackers, is its deployment itself)."""
+    notes = []
+    for key, block in blocks:
+        columns = list(zip(*[[cell.text for cell in row[1:]] for row in block.rows], strict=True))
+        names = block.header[1:]
+        for i, one in enumerate(columns):
+            for j in range(i + 1, len(columns)):
+                # the accuracies, worst attacks and marks (their confounders aside: a run that records no share
+                # reads "as drawn"); a borrowed cell already says whose trial it is
+                shared = [(_measured(a), _measured(b)) for a, b in zip(one, columns[j], strict=True)
+                          if MISSING not in (a, b) and "(= " not in a + b]
+                if len(shared) >= 2 and all(a == b for a, b in shared):
+                    why = ("without attackers, attackers failing or straggling alike changes nothing"
+                           if key[2] == "clean" and _controls(facts, names[i], names[j]) else "the same numbers")
+                    notes.append(f"{block.title}: {names[i]}, {names[j]} have the same cells in every row ({why}): "
+                                 f"one computation shown twice, not two results that agree.")
+    return notes
+
+
+def _measured(text: str) -> str:
+    """A cell's text without its confounders ``(agg a/T, att s)``: what it measured."""
+    return text.split(" (agg ")[0]
+
+
+def _controls(facts: pd.DataFrame | None, one: str, other: str) -> bool:
+    """Whether deployments ``one`` and ``other`` differ only in whether attackers fail or straggle alike."""
+    if facts is None or facts.empty:
+        return False
+    found = facts.drop_duplicates("deployment_label").set_index("deployment_label")
+    if one not in found.index or other not in found.index:
+        return False
+    alike = [k for k in FACTS if k not in ("attackers_fail", "attackers_straggle")]
+    a, b = found.loc[one, alike], found.loc[other, alike]
+    return bool(all(x == y or (pd.isna(x) and pd.isna(y)) for x, y in zip(a, b, strict=True)))
 
 
 FEW_REPORTS = 3  # fewer reports a round than this on average: the rules can hardly differ (one report: the same)
@@ -312,18 +360,64 @@ def few_honest_notes(frame: pd.DataFrame) -> list[str]:
     few = frame[(honest < FEW_HONEST) & (frame["attack_label"] != "clean")].assign(honest=honest)
     notes = []
     for (deployment, attack, level), part in few.groupby(["deployment_label", "attack_label", "level"], sort=False):
-        notes.append(f"{deployment}, {setting_label(attack, level)}: the attackers met {part['honest'].min():.1f} to "
-                     f"{part['honest'].max():.1f} honest reports a round on average; an attack that crafts its update "
+        notes.append(f"{deployment}, {setting_label(attack, level)}: the rounds the rules aggregated held "
+                     f"{part['honest'].min():.1f} to {part['honest'].max():.1f} honest reports on average (an "
+                     f"attacker's round: at most that); an attack that crafts its update "
                      f"from the honest updates' spread (ALIE, Min-Max) measures no spread in one and sends the honest "
                      f"update itself: a high accuracy there is the attack void, not beaten (and rows agree).")
+    return notes
+
+
+def trial_f(level: float, per_round: float, devices: float) -> float:
+    """The f a trial assumes at a corruption level (``aggregators.builder.expected_malicious``): m x int(level x
+    devices) // devices; NaN where the runs do not say m or the devices."""
+    if not (np.isfinite(per_round) and np.isfinite(devices) and devices >= 1):
+        return np.nan
+    return float(int(per_round) * int(level * devices + 1e-9) // int(devices))
+
+
+def f_notes(frame: pd.DataFrame, facts: pd.DataFrame | None) -> list[str]:
+    """A note for every deployment and worst case (the trial's own f, attackers among the reports) whose mean round
+    gives the rule f = floor(f n / m) = 0 (``Participation.rule_for``, n the mean reports): there a rule that reads f
+    runs as its f = 0 form, not as the rule the trial declared, while attackers are among the reports."""
+    if facts is None or facts.empty or not {"reports_mean", "attacker_share"} <= set(frame):
+        return []
+    found = facts.drop_duplicates(["deployment_label", "dataset_label"]).set_index(["deployment_label",
+                                                                                     "dataset_label"])
+    rows = []
+    for row in frame[frame["attack_label"] != "clean"].itertuples(index=False):
+        at = (row.deployment_label, row.dataset_label)
+        n, share = float(pd.to_numeric(row.reports_mean, errors="coerce")), float(
+            pd.to_numeric(row.attacker_share, errors="coerce"))
+        if at not in found.index or found.loc[at, "f_declared"] or not (np.isfinite(n) and share > 0):
+            continue
+        m = found.loc[at, "clients_per_round"]
+        f = trial_f(float(row.level), m, found.loc[at, "clients"])
+        if np.isfinite(f) and f >= 1 and n < m and (f * n) // m == 0:
+            rows.append({"deployment_label": row.deployment_label, "attack_label": row.attack_label,
+                         "level": row.level, "n": n, "attackers": n * share, "f": f, "m": m})
+    notes = []
+    for (deployment, attack, level), part in pd.DataFrame(rows).groupby(["deployment_label", "attack_label", "level"],
+                                                                        sort=False) if rows else ():
+        notes.append(f"{deployment}, {setting_label(attack, level)}: the rules aggregated {part['n'].min():.1f} to "
+                     f"{part['n'].max():.1f} reports a round on average, {part['attackers'].min():.1f} to "
+                     f"{part['attackers'].max():.1f} of them the attackers'; f follows them to floor("
+                     f"{part['f'].iloc[0]:g} n / {part['m'].iloc[0]:g}) = 0 in the mean round: a rule that reads f ran "
+                     f"as its f = 0 form there (the trimmed mean as the mean, Krum and NNM assuming no attacker), not "
+                     f"as the rule the trial declared.")
     return notes
 
 
 def describe(row) -> str:
     """A deployment in words, from its facts."""
     if row.system_name == "asynchronous":
+        flight = row.concurrency if np.isfinite(row.concurrency) else getattr(row, "clients_per_round", np.nan)
         arrivals = f" of the first {row.buffer:g} arrivals" if np.isfinite(row.buffer) else ""
+        arrivals += f" of {flight:g} devices in flight" if np.isfinite(flight) and arrivals else ""
         what = f"asynchronous buffered aggregation (FedBuff){arrivals}"
+        if np.isfinite(row.buffer) and row.buffer >= flight:  # FedBuff's buffer is far smaller than its concurrency
+            what += (": the buffer takes every device in flight, each with staleness 0, so each step is a "
+                     "synchronous round, not asynchrony (FedBuff's buffer is far below its devices in flight)")
     else:
         parts = []
         if row.failure_rate:
@@ -332,6 +426,10 @@ def describe(row) -> str:
         if row.stragglers:
             kept = "included" if row.straggler_policy == "include" else "dropped"
             who = "attackers straggle alike (control)" if row.attackers_straggle else "attackers never straggle"
+            if row.attackers_straggle and row.straggler_policy == "include":  # every drawn device reports either way
+                who += (" - every drawn device reports, so the attackers' share is as drawn in both columns: this "
+                        "control moves only the attackers' own local work, which an attack that crafts its update "
+                        "from the honest ones (ALIE, Min-Max) does not use, and which honest devices straggle")
             parts.append(f"{row.stragglers:g} stragglers (local steps or epochs uniform in {{1, ..., E - 1}}, "
                          f"FedProx's draw), their partial work {kept}, {who}")
         what = "synchronous, " + ", ".join(parts) if parts else "synchronous rounds, every drawn device reports"
