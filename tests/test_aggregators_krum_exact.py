@@ -4,7 +4,8 @@ ties to the lowest index where the scores tie exactly; the [1] row Krum selects;
 (it reads the round, its m = n - f for a null m) and its draw-order ties in reference mode; Bulyan's n - 2f rows
 chosen by iterated Krum, by hand on small integers, and its mean of the values closest to the median; the ties
 that make numbers reproducible across CPUs (issue 69): exact, symmetric distances, scores quantised to 32 bits,
-ties of equal distance to Bulyan's median to the lower row."""
+ties of equal distance to Bulyan's median to the lower row; Bulyan's distances to the median in float64 (float32
+merges ones that differ) and its mean summed over the kept values (huge or infinite dropped ones leave them)."""
 
 import inspect
 
@@ -262,3 +263,33 @@ def test_bulyans_median_ties_go_to_the_lower_row_not_the_earlier_chosen():
     # and -8 (row 2, chosen before row 1) the lower row: (-3 - 4 + 2) / 3
     out = bulyan(line, weights=torch.ones(7), losses=None, f=1)
     assert torch.allclose(out, rows([-5.0 / 3.0]), rtol=0, atol=1e-12)
+
+
+def test_distances_to_bulyans_median_tell_apart_what_float32_rounds_equal():
+    # Prepare: float32 values, median (0 + 2^-29) / 2 = 2^-30: -1 is 1 + 2^-30 away, +1 is 1 - 2^-30 (both 1.0 in
+    # float32, where the tie went to -1, the earlier column)
+    column = torch.tensor([[-1.0, -0.5, 0.0, 2.0**-29, 1.0, 5.0]])
+    # Execute / Assert: the four closest are -0.5, 0, 2^-29 and +1, as exact arithmetic keeps them (not -0.375)
+    assert closest_to_median_mean(column, 4).tolist() == [0.125]
+    # end to end: n = 8, f = 1 (theta 6, beta 4), the column's six rows chosen, two far rows not
+    updates = torch.zeros(8, 2)
+    updates[:6, 0] = column[0]
+    updates[6:, 1] = torch.tensor([-1e6, 1e6])
+    assert sorted(bulyan_selection(updates, f=1).tolist()) == [0, 1, 2, 3, 4, 5]
+    assert bulyan(updates, weights=torch.ones(8), losses=None, f=1)[0] == 0.125
+
+
+def test_bulyans_mean_keeps_small_values_beside_huge_dropped_ones():
+    # Prepare: median 0.3; the three closest 0.3, 0.1, 0.7; dropped -0.2, -0.4 and two outliers 2^66 times larger
+    # (a float64 total less the dropped values gave 0.0) or infinite (it gave NaN)
+    small = [0.3, -0.2, 0.1, 0.7, -0.4]
+    block = torch.tensor([small + [1e20, 7e19], small + [float("inf"), 1e20]])
+    kept = torch.tensor([0.3, 0.1, 0.7]).double().sum() / 3
+    # Execute / Assert: the mean of the kept values in both rows
+    assert closest_to_median_mean(block, 3).tolist() == [kept.float().item()] * 2
+
+
+def test_a_nan_among_bulyans_values_gives_nan_as_the_median_does():
+    block = torch.tensor([[0.0, 1.0, 2.0, 3.0, float("nan")], [0.0, 1.0, 2.0, 3.0, 4.0]])
+    out = closest_to_median_mean(block, 3)
+    assert out[0].isnan() and out[1] == 2.0

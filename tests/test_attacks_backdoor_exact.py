@@ -1,8 +1,9 @@
 """fedarena/attacks/backdoor.py checked against hand computations, one behaviour per test: the patch (its pixels at
 each corner or [row, col], its fill channel by channel, its stamp and DBA's parts), every range's edges (the least
 value let through and the one just past it) and each refusal word for word, the poisoned samples recomputed from the
-attack's draws, model replacement's boost and norm bound, Neurotoxin's mask, the targeted flip, the registry entries
-and every attack's defaults (make mutants MODULE=fedarena/attacks/backdoor.py)."""
+attack's draws, model replacement's boost and norm bound, Neurotoxin's mask (a stable sort's set, on heavy ties
+too), the targeted flip, the registry entries and every attack's defaults (make mutants
+MODULE=fedarena/attacks/backdoor.py)."""
 
 import dataclasses
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedarena.attacks.backdoor import Patch, boosted_updates, make_patch, masked_updates
+from fedarena.attacks.backdoor import Patch, boosted_updates, largest_mask, make_patch, masked_updates
 from fedarena.attacks.base import ATTACKS, attack_reads
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.datasets.pixels import PIXELS, PixelScale
@@ -449,6 +450,24 @@ def test_neurotoxins_ties_mask_the_lowest_coordinates():
     out = masked_updates(updates, bad, torch.Generator(), top_fraction=0.1)
     # Assert: coordinates 0-3 (top-k's pick among the tie is its kernel's: 25-28 on an AVX-512 CPU)
     assert out[2].eq(0).nonzero().flatten().tolist() == [0, 1, 2, 3]
+
+
+def test_neurotoxins_mask_is_the_stable_sorts_on_heavy_ties():
+    # Prepare: 300 vectors of four distinct magnitudes (ties everywhere), some with NaNs (largest, as the sort ranks
+    # them) and infinities, each with a count from 1 to its length
+    gen = torch.Generator().manual_seed(0)
+    for case in range(300):
+        d = int(torch.randint(1, 300, (1,), generator=gen))
+        values = torch.randint(0, 4, (d,), generator=gen).double()
+        if case % 3 == 0:
+            values[torch.randint(0, d, (3,), generator=gen)] = float("nan")
+        if case % 5 == 0:
+            values[torch.randint(0, d, (2,), generator=gen)] = float("inf")
+        count = int(torch.randint(1, d + 1, (1,), generator=gen))
+        expected = torch.zeros(d, dtype=torch.bool)
+        expected[torch.sort(values, descending=True, stable=True).indices[:count]] = True
+        # Execute / Assert: the set of the stable descending sort's first ``count``
+        assert torch.equal(largest_mask(values, count), expected), (case, values.tolist(), count)
 
 
 def test_neurotoxin_ranks_the_benign_rows_exact_float64_sum():

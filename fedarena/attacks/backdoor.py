@@ -212,10 +212,17 @@ def model_replacement(dataset: FederatedDataset, malicious: np.ndarray, rng: np.
                            poison_fraction, stop_round, tamper)
 
 
-def largest_first(values: torch.Tensor, count: int) -> torch.Tensor:
-    """Indices of the ``count`` largest values, of equal values the lowest index first (a stable sort: top-k's
-    pick among ties is its kernel's)."""
-    return torch.sort(values, descending=True, stable=True).indices[:count]
+def largest_mask(values: torch.Tensor, count: int) -> torch.Tensor:
+    """True at the ``count`` largest of 1-D ``values``, NaN largest, of equal values the lowest indices: the set a
+    stable descending sort's first ``count`` hold. Top-k finds the ``count``-th largest value, the threshold (4-5x
+    faster than sorting all d at d = 1e6); every value above it is taken, and of the values equal to it the lowest
+    indices fill the rest (top-k's own pick among them is its kernel's)."""
+    threshold = values.topk(count).values[-1]
+    nan, nan_threshold = values.isnan(), threshold.isnan()  # NaN == NaN is false: NaNs compared by isnan
+    above = (values > threshold) | (nan & ~nan_threshold)
+    equal = (values == threshold) | (nan & nan_threshold)
+    room = count - above.sum()
+    return above | (equal & (equal.cumsum(0) <= room))  # cumsum: each tied value's rank among the ties, by index
 
 
 def masked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generator, *,
@@ -226,8 +233,7 @@ def masked_updates(updates: torch.Tensor, bad: torch.Tensor, gen: torch.Generato
     them, and no CPU, changes the ranking."""
     benign = reference_rows(updates, bad, "benign").sum(0, dtype=torch.float64)
     count = max(1, int(top_fraction * updates.shape[1]))
-    keep = torch.ones(updates.shape[1], dtype=updates.dtype, device=updates.device)
-    keep[largest_first(benign.abs(), count)] = 0
+    keep = (~largest_mask(benign.abs(), count)).to(updates.dtype)
     return with_rows(updates, bad, updates[bad] * keep)
 
 

@@ -18,13 +18,16 @@ from fedarena.methods.aggregators.base import (
     subset_mean,
 )
 
-# Krum scores keep this many significant bits before they are ranked (``quantised``). Their float64 sums of exact
-# squares (``sq_distances``) differ between kernels and CPUs by at most ~(w + d / w) * 2^-53 relative (w the column
-# block: ~3e-12 at d = 3.3M), 75x below the quantum of 2^-32 (2.3e-10); and the updates are float32, whose own
-# resolution is 2^-24, so scores within 2^-32 of each other are not told apart by any update's data. Ties of
-# equal quantised scores go to the lowest row index. What the quantum makes reproducible is scores equal in exact
-# arithmetic (copies of one update, the two rows of the closest pair); updates that themselves differ between
-# CPUs (their training rounds apart) can still rank apart, as no quantum can prevent.
+# The rule: Krum's pick is the argmin of the scores rounded to 32 significant bits (``quantised``); rows whose scores
+# agree to 32 bits (copies, near-duplicates) tie, and ties go to the lowest row. The rounding merges scores that
+# truly differ too (a near-duplicate, one coordinate one float32 step apart at d = 1000, often scores alike). Why
+# round: the float64 sums of exact squares (``sq_distances``) differ between CPU kernels by at most
+# ~(w + d / w) * 2^-53 relative (w the column block: ~3e-12 at d = 3.3M), 75x below the quantum (2^-32, 2.3e-10),
+# so scores equal in exact arithmetic (copies of one update, the two rows of the closest pair) round to one value
+# on every CPU unless a rounding boundary falls between them: reproducible across CPUs in practice, not by proof.
+# A GPU sums other column blocks (``distance_blocks``) in another order: GPU and CPU may still rank apart (no
+# reproducibility across devices is claimed). Updates that themselves differ between CPUs (their training rounds
+# apart) can rank apart as well, as no quantum can prevent.
 SCORE_BITS = 32
 # columns per block of ``sq_distances`` on the CPU: an [n, w] float64 block of ~2 MiB stays in cache (2-4x faster
 # than blocks of CHUNK_ELEMENTS); a multiple of 64 so every row of a block starts equally aligned
@@ -186,17 +189,23 @@ def iterated_krum(sq_dist: torch.Tensor, f: int, count: int) -> torch.Tensor:
 
 
 def closest_to_median_mean(block: torch.Tensor, keep: int) -> torch.Tensor:
-    """Per row of a [c, theta] block, the mean of the ``keep`` values closest to the row's median (the float64
-    sum minus the farthest ones). Of values equally far from the median (v and 2 * median - v, or copies), the
-    earlier column is kept: a stable sort, where top-k's pick among ties is its kernel's. The distances need no
-    quantum: they are elementwise, correctly rounded on every CPU."""
+    """Per row of a [c, theta] block, the mean of the ``keep`` values closest to the row's median (NaN where the
+    row holds a NaN, as the median). Of values equally far from the median (v and 2 * median - v, or copies), the
+    earlier column is kept: a stable sort, where top-k's pick among ties is its kernel's."""
     drop = block.shape[1] - keep
     if drop == 0:
         return block.mean(dim=1)
-    distance = (block - median_along(block, 1)[:, None]).abs()
-    farthest = distance.argsort(dim=1, stable=True)[:, keep:]
-    dropped = block.gather(1, farthest).sum(dim=1, dtype=torch.float64)
-    return ((block.sum(dim=1, dtype=torch.float64) - dropped) / keep).to(block.dtype)
+    wide = block.double()
+    median = median_along(wide, 1)
+    # float64: v - median is exact for float32 values (and an even count's median, a mean of two) whose magnitudes
+    # lie within 2^29 of each other or are 0; float32 rounds 1 + 2^-30 and 1 - 2^-30 both to 1, and the stable
+    # sort then keeps the farther value. Further apart, only distances within ~2^-53 relative can still tie.
+    distance = (wide - median[:, None]).abs()
+    closest = distance.argsort(dim=1, stable=True)[:, :keep]
+    # the kept values summed themselves: the total less the dropped ones loses their digits under dropped outliers
+    # over 2^29 times larger (1e20 + 0.1 - 1e20 is 0) and is NaN where an infinity is dropped
+    mean = wide.gather(1, closest).sum(dim=1) / keep
+    return torch.where(median.isnan(), median, mean).to(block.dtype)
 
 
 def bulyan_selection(updates: torch.Tensor, *, f: int) -> torch.Tensor:
