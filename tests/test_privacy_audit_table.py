@@ -79,6 +79,25 @@ def test_the_notes_say_what_each_cell_measures_and_what_sits_beside_it():
     notes = " ".join(table.footnotes)
     for words in ("exact add/remove ε", "dp-accounting's PLD", "RDP's looser bound", "one run's interval",
                   "K the canaries", "biased up at small δ", "Evidence: the lower bounds", "in how many seeds",
-                  "its accuracy is not the unaudited row's", "mnist_5k, audit_eps10: 100 canaries, 3 run(s)"):
+                  "its accuracy is not the unaudited row's", "mnist_5k, audit_eps10: 100 canaries, 3 run(s)",
+                  "at most 2 (1 - confidence) by the union bound", "independent trials", "in about 70% at 1.28"):
         assert words in notes, words
     assert "K=100" in render(table, "markdown")
+
+
+def test_a_seed_without_a_flag_is_not_counted_as_flagged_or_unflagged():
+    # seeds 0 and 1 measured (one flagged), seed 2 measured nothing (its model diverged: no flag, NaN): the mean
+    # over the measured seeds is .5, which times all 3 seeds would read "flagged 2 of 3"
+    rows = [audited_run(0, flagged=1.0), audited_run(1), {**audited_run(2), "audit_exceeded": math.nan}]
+    assert columns(rows)["lower bounds: equal-var. / thresholded · flagged"].endswith("flagged 1 of 2 measured (3 seeds)")
+    rows = [audited_run(0, flagged=1.0), audited_run(1), audited_run(2), audited_run(3, flagged=1.0),
+            {**audited_run(4), "audit_exceeded": math.nan}]
+    assert columns(rows)["lower bounds: equal-var. / thresholded · flagged"].endswith("flagged 2 of 4 measured (5 seeds)")
+
+
+def test_an_infinite_estimate_is_shown_as_infinite_not_as_missing():
+    # a mechanism that leaks without bound (e.g. noise far below its claim): the estimate and its upper end are
+    # infinite in a seed, and the cell says so instead of the missing mark
+    rows = [{**audited_run(0), "epsilon_equal_variance_final": math.inf, "epsilon_equal_variance_final_high": math.inf},
+            audited_run(1)]
+    assert columns(rows)["ε̂ equal-variance (final) [interval] K"] == "∞ [99%: 3.00, ∞] K=100"

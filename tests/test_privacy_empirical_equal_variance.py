@@ -106,3 +106,14 @@ def test_on_ideal_statistics_the_fitted_estimate_lies_above_the_truth_and_the_eq
     equal = np.array([equal_variance_epsilon(s, u, DELTA) for s, u in samples])
     assert np.mean(fitted > exact) > 0.75 and np.median(fitted) > 1.15 * exact
     assert 0.4 < np.mean(equal > exact) < 0.6 and np.median(equal) == pytest.approx(exact, rel=0.05)
+
+
+def test_the_flags_power_against_halved_noise_falls_with_the_shift():
+    # what the audit table's note and docs/semantics.md state for K = 100, U = 1,000 at confidence 0.99: halved noise
+    # (the shift doubled) lifts the lower end above the exact claim in every ideal run at audit_eps10's shift
+    # (sqrt(30) / 5.8015) but in only about 70% at audit_eps3's (sqrt(30) / 16.357)
+    rng = np.random.default_rng(6)
+    for mu, least, most in ((0.9441, 0.99, 1.0), (0.33485, 0.6, 0.8)):
+        exact = gaussian_shift_epsilon(mu, DELTA)
+        caught = [equal_variance_interval(*draws(2 * mu, 100, 1000, rng), DELTA, 0.99)[0] > exact for _ in range(400)]
+        assert least <= np.mean(caught) <= most, (mu, np.mean(caught))

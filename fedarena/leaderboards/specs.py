@@ -215,10 +215,10 @@ def _metric_cell(row, metric: str, most: int) -> tuple[str, float, float]:
     value = getattr(row, metric, np.nan)
     if row.mixed:
         return "mixed", np.nan, np.nan
-    if not np.isfinite(value):
+    audit = None if np.isnan(value) else audit_cell(row, metric)  # a privacy audit's claim, estimate or evidence:
+    if not np.isfinite(value) and audit is None:  # its cell says what it rests on (an infinite one: a leak, shown ∞)
         return MISSING, np.nan, np.nan
     ci = getattr(row, f"{metric}_ci", np.nan)
-    audit = audit_cell(row, metric)  # a privacy audit's claim, estimate or evidence: its cell says what it rests on
     if audit is not None:
         text = audit
     elif metric in RUN_PROPERTIES:  # a run's property (a certified radius, an epsilon) is no share: printed as it is

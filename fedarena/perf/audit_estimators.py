@@ -6,7 +6,8 @@
   (mnist_5k, quick scale: its noise multiplier, rounds and delta, every client every round): a canary's statistic
   N(mu, 1), an unseen direction's N(0, 1), mu = sqrt(T) / z (one clip present or absent, T rounds of noise z clip).
   Their median and 10-90% range over ``--runs`` draws at each K, beside the exact add/remove epsilon; and how often
-  the flag's equal-variance lower bound lies above it.
+  the flag's equal-variance lower bound lies above it, for the correct mechanism (a false flag) and with the noise
+  halved (a caught leak). ``--row audit_eps3``: the other audited row (a smaller shift: less power).
 - ``accuracy``: what K does to the audited model: its test accuracy with 0, 100 and 1,000 canaries (every client
   every round, so the noise multiplier stays the row's).
 - ``trials``: the real audit path, the suite's ``audit_eps10`` trial (FedAvg, mnist_5k, quick scale) at ``--seeds``
@@ -36,17 +37,17 @@ ROW = "audit_eps10"  # the privacy suite's audited row whose statistics are simu
 DATASET, SCALE, METHOD = "mnist_5k", "quick", "global"
 
 
-def audited_trial(seed: int, confidence: float | None = None) -> ExperimentConfig:
-    """The privacy suite's audited trial (FedAvg, clean, ``DATASET`` at ``SCALE``) at ``seed`` (at another
-    ``confidence`` of its intervals and flag where given)."""
+def audited_trial(seed: int, confidence: float | None = None, row: str = ROW) -> ExperimentConfig:
+    """The privacy suite's audited trial (FedAvg, clean, ``DATASET`` at ``SCALE``, its ``row``) at ``seed`` (at
+    another ``confidence`` of its intervals and flag where given)."""
     for trial in expand(load_suite("privacy"), SCALE, dataset=DATASET, seeds=(seed,)):
-        if trial.name == f"{METHOD} {DATASET} clean {ROW} s{seed}":
+        if trial.name == f"{METHOD} {DATASET} clean {row} s{seed}":
             if confidence is None:
                 return trial.config
             data = trial.config.to_dict()
             audit = {**data["privacy"]["audit"], "confidence": confidence}
             return ExperimentConfig.from_dict({**data, "privacy": {**data["privacy"], "audit": audit}})
-    raise LookupError(f"the privacy suite has no trial {METHOD} {DATASET} clean {ROW} at seed {seed}")
+    raise LookupError(f"the privacy suite has no trial {METHOD} {DATASET} clean {row} at seed {seed}")
 
 
 def mechanism(cfg: ExperimentConfig) -> dict[str, float]:
@@ -80,18 +81,22 @@ def spread(values: np.ndarray) -> str:
     return f"{p50:.2f} (10-90%: {p10:.2f}-{p90:.2f})"
 
 
-def ideal(runs: int, canaries: tuple[int, ...], unseen: int, seed: int, confidence: float | None) -> None:
-    facts = mechanism(audited_trial(0, confidence))
-    print(f"## ideal Gaussian statistics of {ROW} ({DATASET}, {SCALE}): z = {facts['z']:.4f}, T = {facts['rounds']}, "
+def ideal(runs: int, canaries: tuple[int, ...], unseen: int, seed: int, confidence: float | None,
+          row: str = ROW) -> None:
+    facts = mechanism(audited_trial(0, confidence, row))
+    print(f"## ideal Gaussian statistics of {row} ({DATASET}, {SCALE}): z = {facts['z']:.4f}, T = {facts['rounds']}, "
           f"delta = {facts['delta']:g}, mu = {facts['mu']:.4f}; add/remove epsilon exact (PLD) {facts['exact']:.3f}, "
           f"RDP {facts['rdp']:.3f}; U = {unseen} unseen, {runs} draws per K")
     for k in canaries:
         got = ideal_estimates(facts["mu"], k, unseen, facts["delta"], runs, np.random.default_rng([seed, k]),
                               facts["confidence"])
         above = {name: float(np.mean(got[name] > facts["exact"])) for name in ("fitted", "equal_variance", "lower")}
+        halved = ideal_estimates(2 * facts["mu"], k, unseen, facts["delta"], runs, np.random.default_rng([seed, k, 2]),
+                                 facts["confidence"])  # the server's noise halved: the shift doubled
         print(f"K = {k:>5}: fitted {spread(got['fitted'])} ({above['fitted']:.0%} above exact); equal-variance "
               f"{spread(got['equal_variance'])} ({above['equal_variance']:.0%} above exact); its lower end at "
-              f"confidence {facts['confidence']:g} above exact (a false flag) in {above['lower']:.1%}")
+              f"confidence {facts['confidence']:g} above exact (a false flag) in {above['lower']:.1%}, and with the "
+              f"noise halved (a caught leak) in {np.mean(halved['lower'] > facts['exact']):.1%}")
 
 
 @contextmanager
@@ -160,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--canaries", type=int, nargs="+", default=[100, 1000], help="ideal: the Ks")
     parser.add_argument("--unseen", type=int, default=1000, help="ideal: unseen directions (the suite's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--row", default=ROW, help="ideal: the privacy suite's audited row (audit_eps10, audit_eps3)")
     parser.add_argument("--seeds", type=int, default=20, help="trials: seeds of the correct mechanism")
     parser.add_argument("--halved", type=int, default=10, help="trials: seeds with the noise halved")
     parser.add_argument("--confidence", type=float, default=None, help="the audit's (default: the suite's)")
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--accuracy-seeds", type=int, default=3)
     args = parser.parse_args(argv)
     if args.part in ("ideal", "all"):
-        ideal(args.runs, tuple(args.canaries), args.unseen, args.seed, args.confidence)
+        ideal(args.runs, tuple(args.canaries), args.unseen, args.seed, args.confidence, args.row)
     if args.part in ("trials", "all"):
         trials(args.seeds, args.halved, args.confidence)
     if args.part in ("accuracy", "all"):

@@ -16,8 +16,11 @@ U}}``).
   statistics by ``python -m fedarena.perf.audit_estimators``; docs/semantics.md, "Privacy audit").
 - The evidence: lower bounds at the run's confidence, the thresholded tests' (the final statistic's false
   positives from the exact null distribution of a random direction's cosine, the iterates' from the unseen
-  directions; no model assumed) and the equal-variance interval's lower end (one-sided, resting on the Gaussian
-  shift). ``audit_exceeded`` is 1 where one lies above the claim; a point estimate above it is no evidence.
+  directions; no Gaussian assumed, but the K canaries of one run taken as independent trials, as Andrew et al.'s
+  are) and the equal-variance interval's lower end (one-sided, resting on the Gaussian shift). ``audit_exceeded`` is
+  1 where one lies above the claim; a point estimate above it is no evidence. Each bound holds at its own level
+  (final and equal-variance: (1 + confidence) / 2, iterates: confidence), so the flag, which reads all three, is
+  false for a correct mechanism in at most 2 (1 - confidence) of runs (union bound).
 - A canary sends twice the round's bound, as the authors send an outsized update: every mechanism clips it to the
   bound (the server, or the device under local DP and secure aggregation), and adaptive clipping counts it clipped
   whatever the rounding (at exactly the bound, float32 counted 67 to 93 of 100 canaries unclipped).
