@@ -157,3 +157,55 @@ def test_a_forged_card_written_at_import_lands_nowhere(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="does not load in its sandbox"):
         RuleProcess((("forged.py", source),), "forged.py")
     assert not (tmp_path / "card").exists()
+
+
+def test_its_tmp_is_capped_and_its_root_read_only():
+    code = ("import os\ntry:\n    open('/tmp/big', 'wb').write(b'x' * (200 * 2**20)); print('filled')\n"
+            "except OSError:\n    print('capped')\n"
+            "try:\n    open('/stash', 'w').write('x'); print('root written')\nexcept OSError:\n    print('root read-only')")
+    assert run(code, True).splitlines() == ["capped", "root read-only"]
+
+
+def test_the_shared_region_cannot_be_shrunk_or_grown_by_the_rule():
+    from fedarena.isolation.wire import Shared
+
+    shared = Shared.create(1 << 20)
+    try:
+        for size in (0, 2 << 20):
+            with pytest.raises(PermissionError):
+                os.ftruncate(shared.fd, size)  # a rule's ftruncate would make the trial's reads fault (SIGBUS)
+    finally:
+        shared.close()
+
+
+def test_empty_tensors_travel_and_odd_fields_are_wire_errors():
+    back = decode(encode({"a": torch.zeros(0, dtype=torch.int64), "b": torch.zeros(0, 5)}))
+    assert back["a"].shape == (0,) and back["a"].dtype == torch.int64 and back["b"].shape == (0, 5)
+    header = b'{"__tensor__": [0, 4], "dtype": "float32", "shape": [true]}'
+    with pytest.raises(WireError, match="shape"):
+        decode(struct.pack(">I", len(header)) + header + b"\0" * 4)
+    header = b'{"__tensor__": "x", "dtype": "float32", "shape": [1]}'
+    with pytest.raises(WireError):
+        decode(struct.pack(">I", len(header)) + header + b"\0" * 4)
+
+
+def test_a_submission_holding_a_link_is_refused(tmp_path):
+    from fedarena.isolation import load_isolated
+    from fedarena.plugins import PluginError
+
+    secret = tmp_path / "isolation.key"
+    secret.write_text("ab" * 32)
+    package = tmp_path / "linked"
+    package.mkdir()
+    (package / "__init__.py").write_text(plugin("honest", "linked_rule"))
+    (package / "notes.py").symlink_to(secret)
+    with pytest.raises(PluginError, match="holds no links; it has linked/notes.py"):
+        load_isolated([package], secret=b"test-secret")
+
+
+def test_the_sites_secret_is_made_once_and_readable_by_the_builder_alone(tmp_path):
+    from fedarena.website.verification import work_secret
+
+    first = work_secret(tmp_path / "work")
+    assert len(bytes.fromhex(first)) == 32 and work_secret(tmp_path / "work") == first
+    assert (tmp_path / "work" / ".isolation-key").stat().st_mode & 0o777 == 0o600

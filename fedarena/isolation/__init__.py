@@ -32,6 +32,7 @@ def load_isolated(paths: Iterable[str | Path], secret: bytes | None = None) -> l
         path = Path(text).expanduser()
         if not path.exists():
             raise PluginError(f"plugin {text} (--include): no such file or folder")
+        refuse_links(path)
         module, kind, files = read_source(path.resolve())
         digest = digest_of(files)
         if digest not in _LOADED:
@@ -40,6 +41,15 @@ def load_isolated(paths: Iterable[str | Path], secret: bytes | None = None) -> l
             _LOADED[digest] = plugin
         plugins.append(_LOADED[digest])
     return plugins
+
+
+def refuse_links(path: Path) -> None:
+    """A submission's files are its own: a link (to the builder's key, its store, another submission) would be
+    read on the trusted side and copied into the sandbox, so none is taken."""
+    entries = [path, *path.rglob("*")] if path.is_dir() else [path]
+    links = [str(p.relative_to(path.parent)) for p in entries if p.is_symlink()]
+    if links:
+        raise PluginError(f"plugin {path}: an isolated submission holds no links; it has {', '.join(sorted(links))}")
 
 
 def shipped() -> tuple[Plugin, ...]:

@@ -5,8 +5,9 @@
 - a read-only view of the system's programs and libraries (``/usr`` and its links), the Python installation this
   process runs on, fedarena's own source, and the paths the caller names (``readable``); nothing else of the file
   system exists inside: no home folder, no store, no site, no other submission;
-- its own empty ``/tmp`` (a tmpfs), ``/proc`` of its own process namespace, a minimal ``/dev``;
-- only the ``writable`` paths writable (the method sandbox's work folder; an isolated rule gets none);
+- its own empty ``/tmp`` (a tmpfs of at most ``TMP_BYTES``), ``/proc`` of its own process namespace, a minimal ``/dev``;
+- only ``/tmp`` and the ``writable`` paths writable (the method sandbox's work folder; an isolated rule gets
+  none): the root bubblewrap builds is remounted read-only;
 - no network (its own network namespace: a loopback only), its own user, IPC, UTS and cgroup namespaces;
 - an empty environment but what the caller passes (``env``), its own process session (no signal reaches the
   builder's terminal), and ``--die-with-parent``: it is killed when the process that started it ends.
@@ -30,6 +31,7 @@ import fedarena
 
 SYSTEM = ("/usr", "/etc/ld.so.cache", "/etc/alternatives")  # programs, libraries and the loader's cache
 LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # merged-/usr links, recreated as links
+TMP_BYTES = 64 * 2**20  # the sandbox's /tmp, in memory: a cap, so no rule fills the machine's RAM through it
 BASE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 
@@ -57,7 +59,7 @@ def wrap(argv: list[str], *, writable: Iterable[str | Path] = (), readable: Iter
          env: Mapping[str, str] | None = None, chdir: str = "/tmp") -> list[str]:
     """``argv`` inside the sandbox (see the module docstring)."""
     args = [executable() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     for path in SYSTEM:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
@@ -73,7 +75,8 @@ def wrap(argv: list[str], *, writable: Iterable[str | Path] = (), readable: Iter
         args += ["--bind", resolved, resolved]
     for key, value in {**BASE_ENV, **dict(env or {})}.items():
         args += ["--setenv", key, value]
-    return [*args, "--chdir", chdir, *argv]
+    # the root folder bubblewrap built (a tmpfs holding the mount points) read-only: nothing lands there
+    return [*args, "--remount-ro", "/", "--chdir", chdir, *argv]
 
 
 def _python_paths() -> list[str]:

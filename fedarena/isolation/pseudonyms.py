@@ -45,10 +45,15 @@ def builder_secret() -> bytes:
             raise ValueError(f"{ENV_KEY} is not hexadecimal") from None
     if not KEY_FILE.exists():
         KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fresh = KEY_FILE.with_suffix(f".{os.getpid()}")
+        descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as out:
             out.write(secrets.token_hex(32))
-    return bytes.fromhex(KEY_FILE.read_text().strip())
+        os.replace(fresh, KEY_FILE)  # whole or not at all: a parallel first run never reads it half written
+    secret = bytes.fromhex(KEY_FILE.read_text().strip())
+    if len(secret) < 16:
+        raise ValueError(f"{KEY_FILE} holds {len(secret)} bytes; a key has 32 (delete it to make a new one)")
+    return secret
 
 
 def trial_key(secret: bytes, config: dict) -> bytes:

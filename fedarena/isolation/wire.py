@@ -13,6 +13,7 @@ or a tensor's place in the memory both sides map (``"__shared__"``, ``Shared``).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import mmap
@@ -79,8 +80,11 @@ class Shared:
 
     @classmethod
     def create(cls, size: int = SHARED_BYTES) -> Shared:
-        fd = os.memfd_create("fedarena-isolated-rule", 0)  # inherited by the sandbox (pass_fds)
+        fd = os.memfd_create("fedarena-isolated-rule", os.MFD_ALLOW_SEALING)  # inherited by the sandbox (pass_fds)
         os.ftruncate(fd, size)
+        # sealed at its size before the sandbox gets it: a rule that shrank it would make the trial's process read
+        # past its end (SIGBUS), one that grew it would hold memory no limit counts
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         return cls(fd, size)
 
 
@@ -138,7 +142,12 @@ def decode(payload: bytes, shared: Shared | None = None) -> Any:
     except (ValueError, RecursionError) as err:
         raise WireError(f"a message header that is not JSON ({err})") from None
     inline = memoryview(payload)[4 + size:]
-    return _value(header, inline, 0, shared)
+    try:
+        return _value(header, inline, 0, shared)
+    except WireError:
+        raise
+    except (TypeError, ValueError, RuntimeError, OverflowError, MemoryError) as err:  # a field of another type
+        raise WireError(f"a message that cannot be read ({type(err).__name__}: {err})") from None
 
 
 def _value(item: Any, data: memoryview, depth: int, shared: Shared | None) -> Any:
@@ -166,13 +175,20 @@ def _tensor(item: dict, data, span) -> torch.Tensor:
     dtype, shape = DTYPES.get(item.get("dtype")), item.get("shape")
     if dtype is None:
         raise WireError(f"a tensor of dtype {item.get('dtype')!r}; allowed: {', '.join(DTYPES)}")
-    if not (isinstance(shape, list) and len(shape) <= 4 and all(isinstance(s, int) and s >= 0 for s in shape)):
+    if not (isinstance(shape, list) and len(shape) <= 4 and all(_count(s) for s in shape)):
         raise WireError(f"a tensor of shape {shape!r}")
-    if not (isinstance(span, list) and len(span) == 2 and all(isinstance(s, int) and s >= 0 for s in span)):
+    if not (isinstance(span, list) and len(span) == 2 and all(_count(s) for s in span)):
         raise WireError(f"a tensor at {span!r}")
     start, size = span
     expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if size != expected or start + size > len(data):
         raise WireError(f"a tensor of shape {shape} and dtype {item['dtype']} in {size} bytes")
+    if size == 0:  # an empty tensor: no bytes to view as its dtype
+        return torch.empty(shape, dtype=dtype)
     raw = torch.from_numpy(np.array(data[start:start + size], dtype=np.uint8, copy=True))
     return raw.view(dtype).reshape(shape)
+
+
+def _count(value) -> bool:
+    """A whole number >= 0 (not a bool, which JSON's true would be)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 POLL = 0.5  # seconds between two looks at the process tree
-STRIPPED = ("RAY_ADDRESS", "FEDARENA_INCLUDE", "MLFLOW_TRACKING_URI")  # the builder's cluster, plugins, store
+# the builder's cluster, plugins, store, and the isolated rules' secret (a trusted rerun could read it)
+STRIPPED = ("RAY_ADDRESS", "FEDARENA_INCLUDE", "MLFLOW_TRACKING_URI", "FEDARENA_ISOLATION_KEY")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -41,11 +42,13 @@ class Outcome:
 
 
 def run_limited(command: list[str], cwd: Path, log: Path, *, seconds: float, memory_mib: int,
-                wrapper: Callable[[list[str], Path], list[str]] | None = None) -> Outcome:
+                wrapper: Callable[[list[str], Path], list[str]] | None = None,
+                extra_env: dict[str, str] | None = None) -> Outcome:
     """Run ``command`` in ``cwd`` (its output to ``log``) until it exits or reaches a limit; ``wrapper`` (argv, Ray's
-    temporary folder) -> argv runs it inside a sandbox (``placement``)."""
+    temporary folder) -> argv runs it inside a sandbox (``placement``); ``extra_env``: variables the command gets
+    besides the builder's (less ``STRIPPED``)."""
     ray_tmp = tempfile.mkdtemp(prefix="fa-ray-")  # short: Ray's socket paths must fit in 107 characters
-    env = {k: v for k, v in os.environ.items() if k not in STRIPPED} | {"RAY_TMPDIR": ray_tmp}
+    env = {k: v for k, v in os.environ.items() if k not in STRIPPED} | dict(extra_env or {}) | {"RAY_TMPDIR": ray_tmp}
     try:
         argv = wrapper(command, Path(ray_tmp)) if wrapper is not None else command
         with open(log, "wb") as out:

@@ -19,6 +19,8 @@ of every cell lies within ``per_seed.TOLERANCE`` (0.01, absolute) of the submitt
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shlex
 import sys
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from fedarena.battery.card import Card
 from fedarena.battery.definition import version as battery_version
+from fedarena.isolation.pseudonyms import ENV_KEY
 from fedarena.website.per_seed import TOLERANCE, differing_cells  # noqa: F401 - the site's test, importable here
 from fedarena.website.placement import Placement, place
 from fedarena.website.sandbox import run_limited
@@ -88,8 +91,9 @@ def rerun(submission: Submission, scale: str, work: Path, limits: Limits, trust:
     may not run or fails)."""
     placed = place(submission, command(submission, scale, work, limits.num_cpus), work, trust)
     work.mkdir(parents=True, exist_ok=True)
+    secret = {ENV_KEY: work_secret(work.parent)} if placed.isolated else {}  # only the trusted evaluate holds it
     outcome = run_limited(placed.argv, work, work / "evaluate.log", seconds=limits.seconds,
-                          memory_mib=limits.memory_mib, wrapper=placed.wrapper)
+                          memory_mib=limits.memory_mib, wrapper=placed.wrapper, extra_env=secret)
     if outcome.limit:
         raise SubmissionError(f"stopped at its {outcome.limit}")
     if not outcome.ok:
@@ -107,6 +111,20 @@ def status_of(differing: list[dict], isolated: bool, review: dict | None) -> str
     if isolated:
         return VERIFIED
     return REVIEWED if review else REPRODUCED
+
+
+def work_secret(root: Path) -> str:
+    """The isolated rules' secret of this work folder (hex), made once and kept there, readable by the builder
+    alone: a rebuild gives the same pseudonyms and streams (its reruns are reused), and no sandbox sees the folder."""
+    path = root / ".isolation-key"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        fresh = path.with_suffix(f".{os.getpid()}")
+        descriptor = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_hex(32))
+        os.replace(fresh, path)  # whole or not at all: two builders starting at once each see a complete key
+    return path.read_text().strip()
 
 
 def _reason(output: str) -> str:
