@@ -132,9 +132,7 @@ def plugins_unloaded_after_each_file():
     """A test file that loads plugins into this process (the site's submissions, the battery's ``evaluate``,
     ``test_plugins``) unloads them when it ends: a worker runs files in any order, and a plugin left registered
     joins what later files check (every rule's docstring, a recipe registering the same name)."""
-    from fedarena import plugins
-
-    from fedarena import isolation
+    from fedarena import isolation, plugins
 
     before = {source.digest for source in plugins.loaded()}
     isolated_before = {plugin.digest for plugin in isolation.shipped()}

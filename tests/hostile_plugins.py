@@ -8,6 +8,10 @@ of the builder's files the test wants it to try.
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 CAUGHT = 1.0  # what a rule adds to its aggregate when it found what it looked for
 
 HEADER = '''
@@ -176,3 +180,14 @@ def plugin(kind: str, name: str | None = None, **paths) -> str:
     fill = {"name": name or kind, "store": "/nonexistent", "other": "/nonexistent", "site": "/nonexistent",
             "card_dir": "/nonexistent", "forged": "{}", "port": 9, **paths}
     return HEADER.format(caught=CAUGHT) + BODIES[kind].format(**fill)
+
+
+def require_sandbox() -> None:
+    """Skip where bubblewrap cannot start, or fail where the run must have it (CI: ``FEDARENA_REQUIRE_SANDBOX``)."""
+    from fedarena.isolation import bwrap
+
+    reason = bwrap.available()
+    if reason and os.environ.get("FEDARENA_REQUIRE_SANDBOX"):
+        pytest.fail(f"the sandbox tests must run here: {reason}")
+    if reason:
+        pytest.skip(reason)

@@ -17,8 +17,16 @@ import torch
 
 from fedarena.errors import ConfigError
 from fedarena.methods.aggregators import AGGREGATORS
-from fedarena.methods.aggregators.mgda import (TINY_NORM, check_fedmgda, fedmgda_plus, free_step, gram_float64,
-                                               min_norm_weights, null_basis, release)
+from fedarena.methods.aggregators.mgda import (
+    TINY_NORM,
+    check_fedmgda,
+    fedmgda_plus,
+    free_step,
+    gram_float64,
+    min_norm_weights,
+    null_basis,
+    release,
+)
 from fedarena.search_space import Domain
 
 F64 = torch.float64

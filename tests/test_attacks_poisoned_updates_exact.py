@@ -13,8 +13,13 @@ import pytest
 import torch
 
 from fedarena.attacks.base import ATTACKS, attack_reads
-from fedarena.attacks.poisoned_updates import (alie_updates, boosted_updates, ipm_updates, random_updates,
-                                               sign_flipped_updates)
+from fedarena.attacks.poisoned_updates import (
+    alie_updates,
+    boosted_updates,
+    ipm_updates,
+    random_updates,
+    sign_flipped_updates,
+)
 from fedarena.datasets.base import ClientData, FederatedDataset, Split
 from fedarena.errors import ConfigError
 

@@ -3,17 +3,16 @@ truth, what it gets of a round, its state across rounds and a resume, and what a
 register. Each cheating rule is also run in-process, where it does find the ground truth (its numbers move):
 the test fails when the isolation is switched off."""
 
-import os
 import socket
 import threading
 
 import pytest
 import torch
-from hostile_plugins import plugin
+from hostile_plugins import plugin, require_sandbox
 
 import fedarena
 from fedarena.errors import ConfigError
-from fedarena.isolation import bwrap, load_isolated, unload_isolated
+from fedarena.isolation import load_isolated, unload_isolated
 from fedarena.methods.aggregators.base import AGGREGATORS
 
 pytestmark = pytest.mark.integration  # real processes: bubblewrap
@@ -24,11 +23,7 @@ CONFIG = {"dataset": {"name": "digits", "num_clients": 10}, "model": {"name": "m
 
 @pytest.fixture(scope="module", autouse=True)
 def sandbox():
-    reason = bwrap.available()
-    if reason:
-        if os.environ.get("FEDARENA_REQUIRE_SANDBOX"):
-            pytest.fail(f"the sandbox tests must run here: {reason}")
-        pytest.skip(reason)
+    require_sandbox()
     yield
     unload_isolated()
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from hostile_plugins import plugin
+from hostile_plugins import plugin, require_sandbox
 
 from fedarena.isolation import bwrap
 from fedarena.isolation.process import IsolatedRuleError, RuleLimits, RuleProcess
@@ -21,11 +21,7 @@ pytestmark = pytest.mark.integration  # real processes: bubblewrap
 
 @pytest.fixture(scope="module", autouse=True)
 def sandbox():
-    reason = bwrap.available()
-    if reason:
-        if os.environ.get("FEDARENA_REQUIRE_SANDBOX"):
-            pytest.fail(f"the sandbox tests must run here: {reason}")
-        pytest.skip(reason)
+    require_sandbox()
 
 
 def run(code: str, isolated: bool, **env) -> str:

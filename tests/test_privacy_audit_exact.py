@@ -20,8 +20,16 @@ from scipy import special
 
 from fedarena.errors import ConfigError
 from fedarena.privacy import audit
-from fedarena.privacy.audit import (ITERATE_MAX, LOWER_BOUNDS, AuditSpec, CanaryAudit, audit_spec, check_size,
-                                    exceeded, with_canaries)
+from fedarena.privacy.audit import (
+    ITERATE_MAX,
+    LOWER_BOUNDS,
+    AuditSpec,
+    CanaryAudit,
+    audit_spec,
+    check_size,
+    exceeded,
+    with_canaries,
+)
 
 F64 = torch.float64
 DELTA = 1e-5

@@ -88,10 +88,11 @@ def division_differences(probe, model: torch.Tensor, updates: torch.Tensor, seed
     out = []
     for index in range(seeds):
         reference = kept(memo, ("reference", index, samples),
-                         lambda: probe.probabilities(model, index, samples) + RATIO_GUARD)
+                         lambda index=index: probe.probabilities(model, index, samples) + RATIO_GUARD)
         out.append(torch.stack([kept(memo, ("ratios", index, samples, row),
-                                     lambda u=u: (probe.probabilities(model + u, index, samples) / reference).mean(0))
-                                for u, row in zip(updates, rows)]))
+                                     lambda u=u, index=index, reference=reference:
+                                     (probe.probabilities(model + u, index, samples) / reference).mean(0))
+                                for u, row in zip(updates, rows, strict=True)]))
     return torch.stack(out).double().cpu().numpy()
 
 
