@@ -85,9 +85,14 @@ class RuleProcess:
         """The registration the plugin's import gave, or why it gave none (one line)."""
         try:
             answer = self._read(self.limits.load_seconds)
-        except IsolatedRuleError as err:  # it ended, passed a limit or broke the wire while importing
-            self.close()
-            raise ConfigError(f"the submission does not load in its sandbox: {err}") from None
+        except IsolatedRuleError:  # it ended, passed a limit or broke the wire while importing
+            try:
+                code = self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+            why = self.killed or f"its import ended the process (exit {code}) before it answered"
+            self.close()  # the reason names no output of the plugin's: two builds give the same text
+            raise ConfigError(f"the submission does not load in its sandbox: {why}") from None
         if "error" in answer or not isinstance(answer.get("registration"), dict):
             self.close()
             raise ConfigError(f"the submission does not load in its sandbox: {answer.get('error', 'no registration')}")

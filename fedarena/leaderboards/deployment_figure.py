@@ -56,6 +56,13 @@ def write_deployment_figures(cells: pd.DataFrame, facts: pd.DataFrame, out_dir: 
     return paths
 
 
+def _numbers(data: pd.DataFrame, column: str) -> pd.Series:
+    """A column as numbers, NaN throughout where the runs recorded none (a store of synchronous runs only)."""
+    if column not in data:
+        return pd.Series(np.nan, index=data.index, dtype=float)
+    return pd.to_numeric(data[column], errors="coerce")
+
+
 def deployment_data(cells: pd.DataFrame, facts: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """One dataset's worst-case cells (privacy: none) of the deployments the figure places, with their x
     (``failure_rate``, ``stragglers``) and straggler policy; empty where no deployment varies either."""
@@ -68,8 +75,7 @@ def deployment_data(cells: pd.DataFrame, facts: pd.DataFrame, dataset: str) -> p
                    & ((facts["failure_rate"] == 0) | (facts["stragglers"] == 0))]
     data = with_rounds(worst, facts).merge(placed.drop(columns="rounds"), on=["deployment_label", "dataset_label"],
                                            how="inner")
-    honest = (pd.to_numeric(data.get("reports_mean", np.nan), errors="coerce")
-              * (1 - pd.to_numeric(data.get("attacker_share", np.nan), errors="coerce")))
+    honest = _numbers(data, "reports_mean") * (1 - _numbers(data, "attacker_share"))
     data = data.assign(undertrained=[undertrained(row) for row in data.itertuples(index=False)],
                        void=(honest < FEW_HONEST).to_numpy())
     varied = (data["failure_rate"] > 0) | (data["stragglers"] > 0)
