@@ -122,16 +122,22 @@ def scope(requests, answers, shared: Shared) -> int:
 
 
 def _rule(entry, *, updates, weights, losses, f, round, params):
-    server = dict(round["server"]) if round is not None else None
-    extra = {"round": RoundDraw(round["order"], round["seed"], round["ids"], server, round["inputs"])} if round else {}
+    draw = _draw(round)
+    extra = {"round": draw} if draw is not None else {}
     out = entry.rule(updates, weights=weights, losses=losses, f=f, **extra, **params)
-    return {"out": out, "server": server}
+    return {"out": out, "server": draw.server if draw is not None else None}
 
 
 def _selects(entry, *, updates, f, round, params):
-    extra = {"round": RoundDraw(round["order"], round["seed"], round["ids"], dict(round["server"]),
-                                round["inputs"])} if round else {}
-    return entry.selects(updates, f=f, **extra, **params)
+    draw = _draw(round)
+    return entry.selects(updates, f=f, **({"round": draw} if draw is not None else {}), **params)
+
+
+def _draw(round: dict | None) -> RoundDraw | None:
+    """The RoundDraw the trial's side sent as data (its server state a copy the rule may replace entries of)."""
+    if round is None:
+        return None
+    return RoundDraw(round["order"], round["seed"], round["ids"], dict(round["server"]), round["inputs"])
 
 
 def _check(entry, *, n, f, params):

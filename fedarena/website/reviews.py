@@ -29,6 +29,7 @@ import yaml
 
 from fedarena.errors import ConfigError
 from fedarena.plugins import read_source
+from fedarena.website.submission import check_keys
 
 FILE = "reviews.yaml"
 KEYS = ("entry", "source", "reviewer", "date", "note")
@@ -81,12 +82,7 @@ def read_reviews(submissions: Path) -> list[dict]:
 def _review(item, where: str) -> dict:
     if not isinstance(item, dict):
         raise ReviewError(f"{where} is a mapping ({', '.join(KEYS)}), not {type(item).__name__}")
-    unknown = sorted(map(str, set(item) - set(KEYS)))
-    if unknown:
-        raise ReviewError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}")
-    missing = [k for k in REQUIRED if k not in item]
-    if missing:
-        raise ReviewError(f"{where}: missing {', '.join(missing)} (required: {', '.join(REQUIRED)})")
+    check_keys(item, KEYS, REQUIRED, where, ReviewError)
     entry = _text(item["entry"], "entry", where, 300)
     if "/" in entry or entry in (".", ".."):
         raise ReviewError(f"{where}: entry is a submission's folder name, got {entry!r}")

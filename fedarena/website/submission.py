@@ -79,15 +79,21 @@ def submission_folders(root: Path) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")), key=lambda p: p.name)
 
 
+def check_keys(data: dict, keys: tuple[str, ...], required: tuple[str, ...], where: str,
+               error: type[ConfigError]) -> None:
+    """A mapping read from a user's YAML: no key but ``keys``, every one of ``required`` (one ``error`` line)."""
+    unknown = sorted(map(str, set(data) - set(keys)))
+    if unknown:
+        raise error(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(keys)}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise error(f"{where}: missing {', '.join(missing)} (required: {', '.join(required)})")
+
+
 def read_submission(folder: Path) -> Submission:
     """The submission in ``folder``, checked (a SubmissionError naming what is wrong otherwise)."""
     data = _yaml(folder / FILE)
-    unknown = sorted(map(str, set(data) - set(KEYS)))
-    if unknown:
-        raise SubmissionError(f"{FILE}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}")
-    missing = [k for k in REQUIRED if k not in data]
-    if missing:
-        raise SubmissionError(f"{FILE}: missing {', '.join(missing)} (required: {', '.join(REQUIRED)})")
+    check_keys(data, KEYS, REQUIRED, FILE, SubmissionError)
     kind, _, name = _text(data["component"], "component").partition(".")
     if kind not in ("aggregator", "method") or not name:
         raise SubmissionError(f"{FILE}: component is aggregator.NAME or method.NAME, got {data['component']!r}")
